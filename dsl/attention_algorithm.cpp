@@ -1,0 +1,136 @@
+// Builds the attention algorithm from a spec. Reads of sequence positions are clamped to the
+// valid range, so schedules may round tiles up without reading outside the caller's buffers;
+// clamped positions only ever feed values that the reductions below do not consume.
+#include "attention_algorithm.h"
+
+#include <limits>
+
+namespace attngen {
+
+using Halide::Expr;
+using Halide::Func;
+using Halide::RDom;
+using Halide::Var;
+
+Halide::Type storage_type(DType dtype) {
+    switch (dtype) {
+    case DType::f32:
+        return Halide::Float(32);
+    case DType::f16:
+        return Halide::Float(16);
+    case DType::bf16:
+        return Halide::BFloat(16);
+    }
+    return Halide::Float(32);
+}
+
+namespace {
+
+Expr f32(const Expr &value) { return Halide::cast<float>(value); }
+
+/** The masks of the spec as one predicate: is key k visible to query q of batch b? */
+Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
+                 const Expr &q, const Expr &b) {
+    Expr visible = Halide::Internal::const_true();
+    // Query q sits at key position q + (Lk - Lq): the last query sees the last key.
+    Expr aligned_q = q + (in.key_len - in.query_len);
+    if (spec.mask.causal)
+        visible = visible && k <= aligned_q;
+    if (spec.mask.window > 0)
+        visible = visible && Halide::abs(k - aligned_q) < spec.mask.window;
+    if (spec.mask.key_padding)
+        visible = visible && k < in.key_lengths(b);
+    return visible;
+}
+
+} // namespace
+
+AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in,
+                                Func output) {
+    AttentionStages s;
+    s.spec = spec;
+    s.output = output;
+    Var d = s.d, c = s.c, q = s.q, k = s.k, h = s.h, b = s.b;
+
+    const int head_dim = spec.resolved_head_dim();
+    const int heads = spec.heads;
+    const int group = spec.group_size();
+    const int model_dim = spec.resolved_model_dim();
+    const float scale = static_cast<float>(spec.resolved_scale());
+    const Projections &proj = spec.projections;
+
+    Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them
+    Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
+    s.r_head_dim = RDom(0, head_dim, "r_head_dim");
+    s.r_keys = RDom(0, in.key_len, "r_keys");
+
+    if (proj.any()) {
+        // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
+        s.r_model = RDom(0, model_dim, "r_model");
+        Func kv_source = spec.cross_attention ? in.context : in.x;
+        auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &source,
+                           const Expr &last_pos, const Func &raw_weight, const Func &bias) {
+            weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));
+            Expr row = h * head_dim + d;
+            stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
+            stage(d, pos, h, b) +=
+                f32(source(s.r_model, Halide::clamp(pos, 0, last_pos), b)) * weight(s.r_model, row);
+        };
+        project(s.q_proj, s.q_weight, q, in.x, last_query, in.wq, in.bq);
+        project(s.k_proj, s.k_weight, k, kv_source, last_key, in.wk, in.bk);
+        project(s.v_proj, s.v_weight, k, kv_source, last_key, in.wv, in.bv);
+        s.q_heads(d, q, h, b) = s.q_proj(d, q, h, b) * scale;
+        s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
+        s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
+    } else {
+        s.q_heads(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b)) * scale;
+        s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        s.v_heads(d, k, h, b) = f32(in.value(d, Halide::clamp(k, 0, last_key), h, b));
+    }
+
+    // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
+    Expr kv_head = h / group;
+    s.scores(k, q, h, b) = 0.0f;
+    s.scores(k, q, h, b) += s.q_heads(s.r_head_dim, q, h, b) * s.k_heads(s.r_head_dim, k, kv_head, b);
+
+    Expr score = s.scores(k, q, h, b);
+    if (spec.mask.additive)
+        score += f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query),
+                                  h, b));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    s.masked(k, q, h, b) = Halide::select(key_visible(spec, in, k, q, b), score, neg_inf);
+
+    // Numerically stable softmax; a row with every key masked has row_max = -inf and gets
+    // probs = 0, row_sum = 0 and an all-zero output row instead of NaN.
+    s.row_max(q, h, b) = neg_inf;
+    s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.masked(s.r_keys, q, h, b));
+    Expr shifted = s.masked(k, q, h, b) - s.row_max(q, h, b);
+    s.probs(k, q, h, b) = Halide::select(s.masked(k, q, h, b) > neg_inf, Halide::exp(shifted), 0.0f);
+    s.row_sum(q, h, b) = 0.0f;
+    s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
+
+    // O = P V, normalized once per output element.
+    s.weighted_sum(d, q, h, b) = 0.0f;
+    s.weighted_sum(d, q, h, b) += s.probs(s.r_keys, q, h, b) * s.v_heads(d, s.r_keys, kv_head, b);
+    Expr inv_sum = Halide::select(s.row_sum(q, h, b) > 0.0f, 1.0f / s.row_sum(q, h, b), 0.0f);
+    s.attn_out(d, q, h, b) = s.weighted_sum(d, q, h, b) * inv_sum;
+
+    Halide::Type stored = storage_type(spec.dtype);
+    if (proj.out) {
+        // Y = concat_h(O) Wo^T + bo.
+        s.r_concat = RDom(0, head_dim, 0, heads, "r_concat");
+        Expr concat_row = s.r_concat.y * head_dim + s.r_concat.x;
+        s.out_proj(c, q, b) = proj.bias ? f32(in.bo(c)) : Expr(0.0f);
+        s.o_weight(in_feature, out_feature) = f32(in.wo(in_feature, out_feature));
+        s.out_proj(c, q, b) +=
+            s.attn_out(s.r_concat.x, q, s.r_concat.y, b) * s.o_weight(concat_row, c);
+        s.result = s.out_proj;
+        s.output(c, q, b) = Halide::cast(stored, s.out_proj(c, q, b));
+    } else {
+        s.result = s.attn_out;
+        s.output(d, q, h, b) = Halide::cast(stored, s.attn_out(d, q, h, b));
+    }
+    return s;
+}
+
+} // namespace attngen

@@ -1,0 +1,72 @@
+// The attention math of DESIGN.md as a Halide algorithm: named stages, no scheduling, no target.
+#pragma once
+
+#include "attention_spec.h"
+
+#include "Halide.h"
+
+namespace attngen {
+
+/**
+ * The caller's tensors as Halide Funcs in storage type, Halide order (dim 0 innermost).
+ * Which ones must be defined follows from the spec:
+ *   without projections: query (D, Lq, H, B), key and value (D, Lk, Hkv, B);
+ *   with projections:    x (model_dim, Lq, B), context (model_dim, Lk, B) for cross-attention,
+ *                        wq (model_dim, H*D), wk and wv (model_dim, Hkv*D), wo (H*D, model_dim)
+ *                        as nn.Linear stores weight[out][in], biases bq, bk, bv, bo (out);
+ *   key_lengths (B) int32 with key padding; attn_bias (Lk, Lq, H, B) with an additive mask.
+ * query_len and key_len are the run-time Lq and Lk.
+ */
+struct AttentionInputs {
+    Halide::Func query, key, value;
+    Halide::Func x, context;
+    Halide::Func wq, wk, wv, wo;
+    Halide::Func bq, bk, bv, bo;
+    Halide::Func key_lengths, attn_bias;
+    Halide::Expr query_len, key_len;
+};
+
+/**
+ * The pipeline's stages by the names DESIGN.md fixes; schedules and the tuner address them.
+ * Stages a spec does not use are left undefined. Dimension order (innermost first):
+ *   q_heads, q_proj (d, q, h, b); k_heads, v_heads, k_proj, v_proj (d, k, hkv, b);
+ *   scores, masked, probs (k, q, h, b); row_max, row_sum (q, h, b);
+ *   weighted_sum, attn_out (d, q, h, b); out_proj (c, q, b);
+ *   q_weight, k_weight, v_weight, o_weight (in, out): the weights read as float32.
+ * q_heads is the scaled query, scale * Q, so that scores are a plain dot product.
+ * `probs` holds the unnormalized exp(masked - row_max); the 1/row_sum is folded into attn_out,
+ * which is exact and saves a multiply per score.
+ */
+struct AttentionStages {
+    Halide::Var d{"d"}, c{"c"}, q{"q"}, k{"k"}, h{"h"}, b{"b"};
+
+    Halide::Func q_proj{"q_proj"}, k_proj{"k_proj"}, v_proj{"v_proj"};
+    Halide::Func q_weight{"q_weight"}, k_weight{"k_weight"}, v_weight{"v_weight"};
+    Halide::Func o_weight{"o_weight"};
+    Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
+    Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
+    Halide::Func probs{"probs"}, row_sum{"row_sum"};
+    Halide::Func weighted_sum{"weighted_sum"}, attn_out{"attn_out"}, out_proj{"out_proj"};
+
+    /** Reduction domains: over head_dim, keys, model_dim (projections), and H*D (out). */
+    Halide::RDom r_head_dim, r_keys, r_model, r_concat;
+
+    /** The stage whose value is the layer's result (attn_out or out_proj). */
+    Halide::Func result;
+    /** The result as stored: cast to the storage type. */
+    Halide::Func output;
+
+    AttentionSpec spec;
+};
+
+/**
+ * Builds the algorithm for a valid spec (check_spec must have returned no errors) and defines
+ * `output` (undefined on entry; a generator passes its Output) as the stored result.
+ */
+AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &inputs,
+                                Halide::Func output = Halide::Func("output"));
+
+/** The Halide type of the spec's storage. */
+Halide::Type storage_type(DType dtype);
+
+} // namespace attngen

@@ -1,0 +1,348 @@
+// Validation and text forms of AttentionSpec.
+#include "attention_spec.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace attngen {
+
+namespace {
+
+std::string trim(const std::string &text) {
+    size_t begin = 0, end = text.size();
+    while (begin < end && std::isspace(static_cast<unsigned char>(text[begin])))
+        ++begin;
+    while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1])))
+        --end;
+    return text.substr(begin, end - begin);
+}
+
+std::vector<std::string> split(const std::string &text, char separator) {
+    std::vector<std::string> parts;
+    std::string part;
+    std::istringstream stream(text);
+    while (std::getline(stream, part, separator))
+        parts.push_back(trim(part));
+    if (!text.empty() && text.back() == separator)
+        parts.push_back("");
+    return parts;
+}
+
+std::optional<long> parse_int(const std::string &text) {
+    if (text.empty())
+        return std::nullopt;
+    char *end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    if (*end != '\0')
+        return std::nullopt;
+    return value;
+}
+
+std::optional<double> parse_number(const std::string &text) {
+    if (text.empty())
+        return std::nullopt;
+    char *end = nullptr;
+    double value = std::strtod(text.c_str(), &end);
+    if (*end != '\0')
+        return std::nullopt;
+    return value;
+}
+
+std::optional<bool> parse_bool(const std::string &text) {
+    if (text == "true" || text == "1")
+        return true;
+    if (text == "false" || text == "0")
+        return false;
+    return std::nullopt;
+}
+
+} // namespace
+
+int AttentionSpec::resolved_head_dim() const {
+    if (head_dim > 0)
+        return head_dim;
+    return heads > 0 ? model_dim / heads : 0;
+}
+
+int AttentionSpec::resolved_model_dim() const {
+    return model_dim > 0 ? model_dim : heads * resolved_head_dim();
+}
+
+double AttentionSpec::resolved_scale() const {
+    return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(resolved_head_dim()));
+}
+
+std::vector<SpecError> check_spec(const AttentionSpec &spec) {
+    std::vector<SpecError> errors;
+    auto fail = [&](const std::string &field, const std::string &message) {
+        errors.push_back({field, message});
+    };
+    constexpr int max_dim = 1 << 16;
+
+    if (spec.name.empty() || !(std::isalpha(static_cast<unsigned char>(spec.name[0])) ||
+                               spec.name[0] == '_'))
+        fail("name", "must start with a letter or '_', got '" + spec.name + "'");
+    for (char c : spec.name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+            fail("name", "may contain only letters, digits and '_', got '" + spec.name + "'");
+            break;
+        }
+    if (spec.heads < 1 || spec.heads > 4096)
+        fail("heads", "must be in 1..4096, got " + std::to_string(spec.heads));
+    if (spec.kv_heads < 0 || spec.kv_heads > 4096)
+        fail("kv_heads", "must be in 1..4096 (or 0 for = heads), got " +
+                             std::to_string(spec.kv_heads));
+    else if (spec.heads >= 1 && spec.heads % spec.resolved_kv_heads() != 0)
+        fail("kv_heads", "must divide heads (" + std::to_string(spec.heads) + "), got " +
+                             std::to_string(spec.resolved_kv_heads()));
+    if (spec.head_dim < 0 || spec.head_dim > max_dim)
+        fail("head_dim", "must be in 1.." + std::to_string(max_dim) + " (or 0 to derive), got " +
+                             std::to_string(spec.head_dim));
+    if (spec.model_dim < 0 || spec.model_dim > max_dim)
+        fail("model_dim",
+             "must be in 1.." + std::to_string(max_dim) + ", got " + std::to_string(spec.model_dim));
+
+    const Projections &proj = spec.projections;
+    bool in_projections = proj.q || proj.k || proj.v;
+    if (in_projections && !(proj.q && proj.k && proj.v))
+        fail("projections", "must name all of q, k and v or none of them, got '" +
+                                to_string(proj) + "'");
+    if (proj.out && !in_projections)
+        fail("projections", "'out' needs q, k and v as well, got '" + to_string(proj) + "'");
+    if (proj.bias && !proj.any())
+        fail("bias", "needs projections; the layer has none");
+    if (spec.cross_attention && !proj.any())
+        fail("cross_attention", "needs projections; without them pass keys/values directly");
+
+    if (proj.any()) {
+        if (spec.model_dim <= 0)
+            fail("model_dim", "is required with projections, got " +
+                                  std::to_string(spec.model_dim));
+    } else if (spec.head_dim == 0 && spec.model_dim <= 0) {
+        fail("head_dim", "is required without projections (or give model_dim), got 0");
+    }
+    if (spec.head_dim == 0 && spec.model_dim > 0 && spec.heads >= 1 &&
+        spec.model_dim % spec.heads != 0)
+        fail("head_dim", "cannot be derived: model_dim " + std::to_string(spec.model_dim) +
+                             " is not divisible by heads " + std::to_string(spec.heads));
+    if (!proj.any() && spec.model_dim > 0 && spec.heads >= 1 &&
+        spec.model_dim != spec.heads * spec.resolved_head_dim())
+        fail("model_dim", "without projections must equal heads * head_dim = " +
+                              std::to_string(spec.heads * spec.resolved_head_dim()) + ", got " +
+                              std::to_string(spec.model_dim));
+
+    if (spec.scale && (!std::isfinite(*spec.scale) || *spec.scale == 0.0)) {
+        std::ostringstream value;
+        value << *spec.scale;
+        fail("scale", "must be finite and non-zero, got " + value.str());
+    }
+    if (spec.mask.window < 0)
+        fail("mask", "window must be positive, got " + std::to_string(spec.mask.window));
+    return errors;
+}
+
+std::string describe_errors(const std::vector<SpecError> &errors) {
+    std::string text;
+    for (const SpecError &error : errors) {
+        if (!text.empty())
+            text += "\n";
+        text += error.field + ": " + error.message;
+    }
+    return text;
+}
+
+const char *to_string(DType dtype) {
+    switch (dtype) {
+    case DType::f32:
+        return "f32";
+    case DType::f16:
+        return "f16";
+    case DType::bf16:
+        return "bf16";
+    }
+    return "f32";
+}
+
+std::optional<DType> parse_dtype(const std::string &text) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+        if (text == to_string(dtype))
+            return dtype;
+    return std::nullopt;
+}
+
+std::optional<Projections> parse_projections(const std::string &text, bool bias) {
+    Projections proj;
+    proj.bias = bias;
+    std::string body = trim(text);
+    if (body == "none")
+        return proj;
+    for (const std::string &name : split(body, ',')) {
+        bool *slot = name == "q" ? &proj.q
+                     : name == "k" ? &proj.k
+                     : name == "v" ? &proj.v
+                     : name == "out" ? &proj.out
+                                     : nullptr;
+        if (!slot || *slot)
+            return std::nullopt;
+        *slot = true;
+    }
+    return proj;
+}
+
+std::string to_string(const Projections &proj) {
+    std::string text;
+    auto add = [&](bool present, const char *name) {
+        if (!present)
+            return;
+        if (!text.empty())
+            text += ",";
+        text += name;
+    };
+    add(proj.q, "q");
+    add(proj.k, "k");
+    add(proj.v, "v");
+    add(proj.out, "out");
+    return text.empty() ? "none" : text;
+}
+
+std::optional<MaskSpec> parse_mask(const std::string &text) {
+    MaskSpec mask;
+    std::string body = trim(text);
+    if (body == "none")
+        return mask;
+    for (const std::string &term : split(body, '+')) {
+        if (term == "causal" && !mask.causal) {
+            mask.causal = true;
+        } else if (term == "padding" && !mask.key_padding) {
+            mask.key_padding = true;
+        } else if (term == "additive" && !mask.additive) {
+            mask.additive = true;
+        } else if (term.rfind("window(", 0) == 0 && term.back() == ')' && mask.window == 0) {
+            std::optional<long> size = parse_int(trim(term.substr(7, term.size() - 8)));
+            if (!size || *size < 1 || *size > (1L << 30))
+                return std::nullopt;
+            mask.window = static_cast<int>(*size);
+        } else {
+            return std::nullopt;
+        }
+    }
+    return mask;
+}
+
+std::string to_string(const MaskSpec &mask) {
+    std::string text;
+    auto add = [&](const std::string &term) { text += (text.empty() ? "" : "+") + term; };
+    if (mask.causal)
+        add("causal");
+    if (mask.key_padding)
+        add("padding");
+    if (mask.window > 0)
+        add("window(" + std::to_string(mask.window) + ")");
+    if (mask.additive)
+        add("additive");
+    return text.empty() ? "none" : text;
+}
+
+AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
+                               std::vector<SpecError> &errors) {
+    AttentionSpec spec;
+    auto get = [&](const char *key) -> std::optional<std::string> {
+        auto found = params.find(key);
+        if (found == params.end())
+            return std::nullopt;
+        return trim(found->second);
+    };
+    auto bad = [&](const std::string &field, const std::string &expected,
+                   const std::string &value) {
+        errors.push_back({field, "expected " + expected + ", got '" + value + "'"});
+    };
+    auto read_int = [&](const char *key, int &field) {
+        if (auto text = get(key)) {
+            std::optional<long> value = parse_int(*text);
+            if (!value || *value < 0 || *value > (1L << 30))
+                bad(key, "a non-negative integer", *text);
+            else
+                field = static_cast<int>(*value);
+        }
+    };
+
+    static const char *known[] = {"name", "model_dim", "heads", "kv_heads", "head_dim", "scale",
+                                  "dtype", "projections", "bias", "cross", "mask"};
+    for (const auto &entry : params) {
+        bool is_known = false;
+        for (const char *key : known)
+            is_known = is_known || entry.first == key;
+        if (!is_known)
+            errors.push_back({entry.first, "is not a field of an attention layer"});
+    }
+
+    if (auto name = get("name"))
+        spec.name = *name;
+    read_int("model_dim", spec.model_dim);
+    read_int("heads", spec.heads);
+    read_int("kv_heads", spec.kv_heads);
+    read_int("head_dim", spec.head_dim);
+    if (auto text = get("scale"); text && *text != "default") {
+        if (std::optional<double> value = parse_number(*text))
+            spec.scale = *value;
+        else
+            bad("scale", "a number or 'default'", *text);
+    }
+    if (auto text = get("dtype")) {
+        if (std::optional<DType> dtype = parse_dtype(*text))
+            spec.dtype = *dtype;
+        else
+            bad("dtype", "f32, f16 or bf16", *text);
+    }
+    bool bias = false;
+    if (auto text = get("bias")) {
+        if (std::optional<bool> value = parse_bool(*text))
+            bias = *value;
+        else
+            bad("bias", "true or false", *text);
+    }
+    spec.projections.bias = bias;
+    if (auto text = get("projections")) {
+        if (std::optional<Projections> proj = parse_projections(*text, bias))
+            spec.projections = *proj;
+        else
+            bad("projections", "'none' or a list of q, k, v, out", *text);
+    }
+    if (auto text = get("cross")) {
+        if (std::optional<bool> value = parse_bool(*text))
+            spec.cross_attention = *value;
+        else
+            bad("cross", "true or false", *text);
+    }
+    if (auto text = get("mask")) {
+        if (std::optional<MaskSpec> mask = parse_mask(*text))
+            spec.mask = *mask;
+        else
+            bad("mask", "'none' or causal, padding, window(N), additive joined with '+'", *text);
+    }
+    return spec;
+}
+
+std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
+    std::ostringstream scale;
+    scale.precision(17);
+    if (spec.scale)
+        scale << *spec.scale;
+    else
+        scale << "default";
+    return {{"name", spec.name},
+            {"model_dim", std::to_string(spec.model_dim)},
+            {"heads", std::to_string(spec.heads)},
+            {"kv_heads", std::to_string(spec.kv_heads)},
+            {"head_dim", std::to_string(spec.head_dim)},
+            {"scale", scale.str()},
+            {"dtype", to_string(spec.dtype)},
+            {"projections", to_string(spec.projections)},
+            {"bias", spec.projections.bias ? "true" : "false"},
+            {"cross", spec.cross_attention ? "true" : "false"},
+            {"mask", to_string(spec.mask)}};
+}
+
+} // namespace attngen

@@ -1,0 +1,85 @@
+// The description of one attention layer: what a user says once, and what every later stage
+// (algorithm, schedules, generators, the typed header) reads. No Halide here.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attngen {
+
+/** Storage type of inputs and outputs. Arithmetic is always float32. */
+enum class DType { f32, f16, bf16 };
+
+/** Which linear layers surround the attention core. All of q, k and v, or none of them. */
+struct Projections {
+    bool q = false, k = false, v = false, out = false;
+    bool bias = false; ///< every present projection has a bias vector
+    bool any() const { return q || k || v || out; }
+};
+
+/** Masks combine: a key is visible to a query only if every enabled mask allows it. */
+struct MaskSpec {
+    bool causal = false;      ///< key k visible to query q iff k <= q + (Lk - Lq) (bottom-right)
+    bool key_padding = false; ///< key k visible iff k < key_lengths[b], lengths given at run time
+    int window = 0;           ///< 0 = off; else |k - (q + Lk - Lq)| < window
+    bool additive = false;    ///< a (B, H, Lq, Lk) float bias tensor is added to the scores
+    bool any() const { return causal || key_padding || window > 0 || additive; }
+};
+
+/** One attention layer. Zero means "derive" for kv_heads and head_dim. */
+struct AttentionSpec {
+    std::string name = "attention";
+    int model_dim = 0;           ///< required with projections; otherwise heads * head_dim
+    int heads = 1;               ///< query heads H
+    int kv_heads = 0;            ///< key/value heads; divides heads; 0 means = heads
+    int head_dim = 0;            ///< D; 0 means model_dim / heads
+    std::optional<double> scale; ///< default 1 / sqrt(head_dim)
+    DType dtype = DType::f32;
+    Projections projections;
+    bool cross_attention = false; ///< with projections: keys/values come from a second input
+    MaskSpec mask;
+
+    int resolved_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+    int resolved_head_dim() const;
+    int resolved_model_dim() const;
+    double resolved_scale() const;
+    int group_size() const { return heads / resolved_kv_heads(); }
+};
+
+/** One problem with a description: the field it concerns and a sentence a user can act on. */
+struct SpecError {
+    std::string field;
+    std::string message;
+};
+
+/** Every problem with `spec` (empty when it is valid). */
+std::vector<SpecError> check_spec(const AttentionSpec &spec);
+
+/** The problems joined into one message, each prefixed with its field. */
+std::string describe_errors(const std::vector<SpecError> &errors);
+
+// Text forms, shared by the generator parameters, the CLI and the typed header.
+const char *to_string(DType dtype);
+std::optional<DType> parse_dtype(const std::string &text);
+
+/** "none" or a comma-separated subset of q,k,v,out (spaces allowed). */
+std::optional<Projections> parse_projections(const std::string &text, bool bias);
+std::string to_string(const Projections &projections);
+
+/** "none" or masks joined with '+': causal, padding, window(N), additive. */
+std::optional<MaskSpec> parse_mask(const std::string &text);
+std::string to_string(const MaskSpec &mask);
+
+/**
+ * Builds a description from key=value parameters, the form GeneratorParams and the CLI share.
+ * Unknown keys and malformed values become SpecErrors; semantic checks are check_spec's.
+ */
+AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
+                               std::vector<SpecError> &errors);
+
+/** The inverse of spec_from_params, with every field spelled out. */
+std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec);
+
+} // namespace attngen

@@ -1,0 +1,157 @@
+// attngen runtime: what an application calls to run a generated attention layer on its own
+// memory. It checks every argument against what the layer was generated for, reports problems
+// as values (never aborts), and owns the process-wide hooks (threads, allocator, CPU dispatch).
+// It depends only on the Halide runtime that the generated libraries share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+struct halide_filter_metadata_t;
+
+namespace attngen {
+
+/** Element types of tensors. Layers store f32, f16 or bf16; key lengths are i32. */
+enum class DType { f32, f16, bf16, i32 };
+
+/** The size of one element in bytes. */
+size_t dtype_size(DType dtype);
+const char *dtype_name(DType dtype);
+
+/** The outcome of a call: ok, or a message that names the argument, expected and actual. */
+class Status {
+public:
+    Status() = default;
+    static Status error(std::string message);
+    bool ok() const { return !failed_; }
+    explicit operator bool() const { return ok(); }
+    const std::string &message() const { return message_; }
+
+private:
+    bool failed_ = false;
+    std::string message_;
+};
+
+/** Shape and strides of a tensor, row-major like NumPy and PyTorch: shape[0] is outermost. */
+struct Layout {
+    static constexpr int max_rank = 4;
+    DType dtype = DType::f32;
+    int rank = 0; ///< 0 means "not given"
+    int64_t shape[max_rank] = {};
+    int64_t strides[max_rank] = {}; ///< in elements; the innermost must be 1
+};
+
+/** A read-only tensor in caller memory. attngen never copies it. */
+struct Tensor : Layout {
+    const void *data = nullptr;
+    bool given() const { return rank != 0 || data != nullptr; }
+};
+
+/** A tensor attngen writes. Only the elements its shape and strides name are written. */
+struct MutableTensor : Layout {
+    void *data = nullptr;
+    bool given() const { return rank != 0 || data != nullptr; }
+};
+
+/** Row-major dense views; `strided` variants take explicit strides (in elements). */
+Tensor view(const float *data, std::initializer_list<int64_t> shape);
+Tensor view(const int32_t *data, std::initializer_list<int64_t> shape);
+Tensor view(const void *data, DType dtype, std::initializer_list<int64_t> shape);
+Tensor strided_view(const void *data, DType dtype, std::initializer_list<int64_t> shape,
+                    std::initializer_list<int64_t> strides);
+MutableTensor mutable_view(float *data, std::initializer_list<int64_t> shape);
+MutableTensor mutable_view(void *data, DType dtype, std::initializer_list<int64_t> shape);
+MutableTensor strided_mutable_view(void *data, DType dtype, std::initializer_list<int64_t> shape,
+                                   std::initializer_list<int64_t> strides);
+
+/**
+ * The arguments of one call. Which ones a layer takes follows from its description; giving one
+ * it does not take is an error. B = batch, Lq/Lk = query/key lengths, H/Hkv = query/kv heads,
+ * D = head_dim, M = model_dim. Weights are stored as nn.Linear stores them: (out, in).
+ */
+struct Arguments {
+    // Layers without projections: per-head tensors.
+    Tensor query; ///< (B, H, Lq, D)
+    Tensor key;   ///< (B, Hkv, Lk, D)
+    Tensor value; ///< (B, Hkv, Lk, D)
+    // Layers with projections.
+    Tensor x;              ///< (B, Lq, M); keys and values too in self-attention
+    Tensor context;        ///< (B, Lk, M); cross-attention only
+    Tensor wq, wk, wv, wo; ///< (H*D, M), (Hkv*D, M), (Hkv*D, M), (M, H*D)
+    Tensor bq, bk, bv, bo; ///< (H*D), (Hkv*D), (Hkv*D), (M); layers with bias only
+    // Masks.
+    Tensor key_lengths; ///< (B) int32 in [0, Lk]: keys at or past it are masked
+    Tensor attn_bias;   ///< (B, H, Lq, Lk), added to the scores; -inf masks
+    // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
+    MutableTensor out;
+};
+
+/** What a layer was generated for. Written into each generated header. */
+struct LayerInfo {
+    const char *name;
+    int model_dim;
+    int heads;
+    int kv_heads;
+    int head_dim;
+    double scale;
+    DType dtype;
+    bool projections;     ///< q, k and v projections inside the layer
+    bool out_projection;  ///< an output projection inside the layer
+    bool bias;            ///< projections have biases
+    bool cross_attention; ///< keys/values from `context` rather than `x`
+    bool causal;
+    bool key_padding;
+    int window; ///< 0 = no sliding window
+    bool additive;
+};
+
+/** A generated layer: its description and the Halide entry points behind it. */
+struct Layer {
+    LayerInfo info;
+    int (*entry)(void **args);
+    const halide_filter_metadata_t *(*metadata)();
+};
+
+/**
+ * Runs `layer` on `args`. Every argument is checked first (null data, rank, shape against the
+ * layer and against each other, dtype, strides, key lengths, output overlapping an input); on a
+ * problem nothing is written and the Status names the argument, the expected and the actual
+ * value. Errors raised by the generated code arrive as a Status with Halide's message.
+ * Safe to call from several threads at once.
+ */
+Status run(const Layer &layer, const Arguments &args);
+
+/** Checks `args` against `layer` without running it: the checks run() makes first. */
+Status validate(const Layer &layer, const Arguments &args);
+
+/** Worker threads for all layers (Halide's thread pool); 0 = one per core (1..1024 else). */
+Status set_num_threads(int threads);
+
+/** Which x86 code path the multi-target libraries may take. */
+enum class CpuVariant { automatic, avx512, avx2, baseline };
+
+/**
+ * Restricts the CPU dispatch of multi-target libraries to `variant` or below (automatic = the
+ * best the CPU supports). For testing each path and for working around a CPU problem. A
+ * variant the CPU lacks is refused.
+ */
+Status force_cpu_variant(CpuVariant variant);
+
+/** The variant the last call on this thread dispatched to (automatic before any call). */
+CpuVariant last_cpu_variant();
+
+const char *cpu_variant_name(CpuVariant variant);
+
+/**
+ * Caps the scratch memory the generated code may hold at once (0 = no cap). A call that
+ * needs more fails with Halide's out-of-memory message instead of exhausting the machine.
+ * attngen caches freed scratch blocks between calls; this releases the cache too.
+ */
+void set_scratch_limit(size_t bytes);
+
+/** Bytes of scratch currently held by the generated code and by the cache. */
+size_t scratch_bytes_in_use();
+
+} // namespace attngen

@@ -1,0 +1,143 @@
+// Running a generated layer: caller tensors become halide_buffer_t views (no copies), matched to
+// the entry point's arguments by name through its metadata; errors raised inside the generated
+// code are routed back to the call that caused them through Halide's user_context.
+#include "attngen/runtime.h"
+#include "internal.h"
+
+#include "HalideRuntime.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace attngen {
+
+namespace {
+
+/** What one call carries through the generated code; its address is the user_context. */
+struct CallContext {
+    std::string halide_error;
+};
+
+void route_error(void *user_context, const char *message) {
+    if (user_context == nullptr)
+        return; // not one of ours: nothing to attribute it to, and never abort
+    auto *context = static_cast<CallContext *>(user_context);
+    if (!context->halide_error.empty())
+        context->halide_error += "; ";
+    context->halide_error += message;
+    while (!context->halide_error.empty() && context->halide_error.back() == '\n')
+        context->halide_error.pop_back();
+}
+
+halide_type_t halide_type_of(DType dtype) {
+    switch (dtype) {
+    case DType::f32:
+        return halide_type_t(halide_type_float, 32);
+    case DType::f16:
+        return halide_type_t(halide_type_float, 16);
+    case DType::bf16:
+        return halide_type_t(halide_type_bfloat, 16);
+    case DType::i32:
+        return halide_type_t(halide_type_int, 32);
+    }
+    return halide_type_t(halide_type_float, 32);
+}
+
+/** A Halide view of a validated tensor: dimension 0 innermost, mins at 0. */
+struct HalideView {
+    halide_buffer_t buffer{};
+    halide_dimension_t dims[Layout::max_rank]{};
+
+    HalideView(const Layout &layout, const void *data) {
+        for (int i = 0; i < layout.rank; i++) {
+            int from = layout.rank - 1 - i;
+            dims[i] = halide_dimension_t(0, static_cast<int32_t>(layout.shape[from]),
+                                         static_cast<int32_t>(layout.strides[from]));
+        }
+        buffer.host = static_cast<uint8_t *>(const_cast<void *>(data));
+        buffer.type = halide_type_of(layout.dtype);
+        buffer.dimensions = layout.rank;
+        buffer.dim = dims;
+    }
+    HalideView(const HalideView &) = delete;
+    HalideView &operator=(const HalideView &) = delete;
+};
+
+const Layout *find_argument(const Arguments &args, const char *name, const void **data) {
+    struct Named {
+        const char *name;
+        const Tensor *tensor;
+    };
+    const Named inputs[] = {{"query", &args.query}, {"key", &args.key},
+                            {"value", &args.value}, {"x", &args.x},
+                            {"context", &args.context}, {"wq", &args.wq},
+                            {"wk", &args.wk},       {"wv", &args.wv},
+                            {"wo", &args.wo},       {"bq", &args.bq},
+                            {"bk", &args.bk},       {"bv", &args.bv},
+                            {"bo", &args.bo},       {"key_lengths", &args.key_lengths},
+                            {"attn_bias", &args.attn_bias}};
+    for (const Named &input : inputs)
+        if (std::strcmp(name, input.name) == 0) {
+            *data = input.tensor->data;
+            return input.tensor;
+        }
+    return nullptr;
+}
+
+} // namespace
+
+namespace internal {
+
+void install_error_routing() { halide_set_error_handler(route_error); }
+
+} // namespace internal
+
+Status run(const Layer &layer, const Arguments &args) {
+    Status status = validate(layer, args);
+    if (!status)
+        return status;
+    internal::install_halide_hooks();
+
+    const halide_filter_metadata_t *metadata = layer.metadata();
+    CallContext context;
+    void *user_context = &context;
+    std::vector<void *> argv(metadata->num_arguments, nullptr);
+    std::vector<std::unique_ptr<HalideView>> views;
+    bool has_user_context = false;
+    for (int i = 0; i < metadata->num_arguments; i++) {
+        const halide_filter_argument_t &arg = metadata->arguments[i];
+        if (std::strcmp(arg.name, "__user_context") == 0) {
+            argv[i] = &user_context;
+            has_user_context = true;
+            continue;
+        }
+        const void *data = args.out.data;
+        const Layout *layout = &args.out; // the one output, whatever Halide named it
+        if (arg.kind != halide_argument_kind_output_buffer)
+            layout = find_argument(args, arg.name, &data);
+        if (layout == nullptr || arg.kind == halide_argument_kind_input_scalar)
+            return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                                 "' has an argument `" + arg.name +
+                                 "` this runtime does not know; regenerate it with this attngen");
+        views.push_back(std::make_unique<HalideView>(*layout, data));
+        argv[i] = &views.back()->buffer;
+    }
+    if (!has_user_context)
+        return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                             "' was generated without the user_context feature");
+
+    internal::begin_dispatch();
+    int result = layer.entry(argv.data());
+    if (result == 0)
+        return Status();
+    std::string message = context.halide_error.empty()
+                              ? "Halide error code " + std::to_string(result)
+                              : context.halide_error;
+    return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                         "' failed in generated code: " + message);
+}
+
+} // namespace attngen

@@ -1,0 +1,288 @@
+// Argument checking: every tensor against what the layer was generated for and against the
+// other tensors of the call, before any generated code runs.
+#include "attngen/runtime.h"
+
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attngen {
+
+namespace {
+
+/** A run-time size shared by several tensors, bound by the first tensor that has it. */
+enum class Symbol { none, batch, query_len, key_len };
+
+struct DimRule {
+    const char *meaning; ///< "batch", "head_dim", ...
+    Symbol symbol;       ///< a shared run-time size, or none
+    int64_t fixed;       ///< the generated size when symbol is none
+};
+
+/** The dimensions of one tensor, outermost first (a fixed array: no allocation per call). */
+struct DimList {
+    DimRule items[Layout::max_rank] = {};
+    int count = 0;
+    DimList(std::initializer_list<DimRule> dims) {
+        for (const DimRule &dim : dims)
+            items[count++] = dim;
+    }
+    size_t size() const { return static_cast<size_t>(count); }
+    const DimRule &operator[](size_t i) const { return items[i]; }
+};
+
+struct ArgRule {
+    const char *name;
+    const Layout *layout;
+    bool given;
+    const void *data;
+    bool wanted;    ///< the layer takes this argument
+    const char *why_not; ///< when not wanted: what the layer lacks
+    DType dtype;
+    DimList dims;
+};
+
+struct Bound {
+    int64_t value = -1;
+    const char *by = nullptr;
+};
+
+std::string quoted(const char *name) { return std::string("`") + name + "`"; }
+
+std::string shape_text(const DimList &dims) {
+    std::string text = "(";
+    for (size_t i = 0; i < dims.size(); i++)
+        text += (i ? ", " : "") + std::string(dims[i].meaning);
+    return text + ")";
+}
+
+std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
+    const int64_t H = info.heads, Hkv = info.kv_heads, D = info.head_dim, M = info.model_dim;
+    const DimRule batch{"batch", Symbol::batch, 0}, lq{"query length", Symbol::query_len, 0},
+        lk{"key length", Symbol::key_len, 0}, heads{"heads", Symbol::none, H},
+        kv_heads{"kv_heads", Symbol::none, Hkv}, head_dim{"head_dim", Symbol::none, D},
+        model_dim{"model_dim", Symbol::none, M};
+    auto feature = [](const char *meaning, int64_t n) { return DimRule{meaning, Symbol::none, n}; };
+    const bool proj = info.projections, bias = info.bias && info.projections;
+    const DType t = info.dtype;
+
+    auto rule = [&](const char *name, const Tensor &tensor, bool wanted, const char *why_not,
+                    DType dtype, DimList dims) {
+        return ArgRule{name,  &tensor, tensor.given(), tensor.data, wanted, why_not, dtype, dims};
+    };
+    std::vector<ArgRule> rules = {
+        rule("query", args.query, !proj, "has projections: pass `x`", t,
+             {batch, heads, lq, head_dim}),
+        rule("x", args.x, proj, "has no projections: pass `query`, `key` and `value`", t,
+             {batch, lq, model_dim}),
+        rule("key", args.key, !proj, "has projections: keys come from `x` or `context`", t,
+             {batch, kv_heads, lk, head_dim}),
+        rule("value", args.value, !proj, "has projections: values come from `x` or `context`", t,
+             {batch, kv_heads, lk, head_dim}),
+        rule("context", args.context, proj && info.cross_attention, "is not cross-attention", t,
+             {batch, lk, model_dim}),
+        rule("wq", args.wq, proj, "has no projections", t,
+             {feature("H*head_dim", H * D), model_dim}),
+        rule("wk", args.wk, proj, "has no projections", t,
+             {feature("kv_heads*head_dim", Hkv * D), model_dim}),
+        rule("wv", args.wv, proj, "has no projections", t,
+             {feature("kv_heads*head_dim", Hkv * D), model_dim}),
+        rule("bq", args.bq, bias, "has no projection biases", t, {feature("H*head_dim", H * D)}),
+        rule("bk", args.bk, bias, "has no projection biases", t,
+             {feature("kv_heads*head_dim", Hkv * D)}),
+        rule("bv", args.bv, bias, "has no projection biases", t,
+             {feature("kv_heads*head_dim", Hkv * D)}),
+        rule("wo", args.wo, info.out_projection, "has no output projection", t,
+             {model_dim, feature("H*head_dim", H * D)}),
+        rule("bo", args.bo, info.out_projection && bias, "has no output projection bias", t,
+             {model_dim}),
+        rule("key_lengths", args.key_lengths, info.key_padding, "has no key padding mask",
+             DType::i32, {batch}),
+        rule("attn_bias", args.attn_bias, info.additive, "has no additive mask", t,
+             {batch, heads, lq, lk}),
+    };
+    return rules;
+}
+
+/** The byte range [first, last] a tensor's elements occupy (its data pointer is non-null). */
+struct Span {
+    uintptr_t first = 0, last = 0;
+};
+
+Span span_of(const Layout &layout, const void *data) {
+    uint64_t last = 0;
+    for (int i = 0; i < layout.rank; i++)
+        last += static_cast<uint64_t>(layout.shape[i] - 1) * static_cast<uint64_t>(layout.strides[i]);
+    auto first = reinterpret_cast<uintptr_t>(data);
+    return {first, first + (last + 1) * dtype_size(layout.dtype) - 1};
+}
+
+/** Shape, dtype and stride checks of one tensor on its own. */
+Status check_layout(const char *name, const Layout &layout, const void *data, DType dtype,
+                    const DimList &dims, const LayerInfo &info, bool is_output) {
+    const std::string arg = quoted(name);
+    const int rank = static_cast<int>(dims.size());
+    if (data == nullptr)
+        return Status::error("attngen: " + arg + " has a null data pointer");
+    if (layout.rank == -1)
+        return Status::error("attngen: " + arg + " was given different numbers of sizes and strides");
+    if (layout.rank != rank)
+        return Status::error("attngen: " + arg + " must have rank " + std::to_string(rank) + " " +
+                             shape_text(dims) + ", got rank " + std::to_string(layout.rank));
+    if (layout.dtype != dtype)
+        return Status::error("attngen: " + arg + " has dtype " + dtype_name(layout.dtype) +
+                             " but layer '" + info.name + "' was generated for " +
+                             dtype_name(dtype));
+    for (int i = 0; i < rank; i++) {
+        if (layout.shape[i] < 1 || layout.shape[i] > INT32_MAX)
+            return Status::error("attngen: " + arg + " has " + dims[i].meaning + " " +
+                                 std::to_string(layout.shape[i]) + "; it must be in 1.." +
+                                 std::to_string(INT32_MAX));
+        if (layout.strides[i] < 0 || layout.strides[i] > INT32_MAX)
+            return Status::error("attngen: " + arg + " has stride " +
+                                 std::to_string(layout.strides[i]) + " in dimension " +
+                                 std::to_string(i) + "; strides must be in 0.." +
+                                 std::to_string(INT32_MAX));
+    }
+    if (layout.strides[rank - 1] != 1 && layout.shape[rank - 1] > 1)
+        return Status::error("attngen: " + arg + " must have innermost stride 1, got " +
+                             std::to_string(layout.strides[rank - 1]));
+    Span span = span_of(layout, data);
+    if (span.last - span.first >= static_cast<uint64_t>(INT32_MAX))
+        return Status::error("attngen: " + arg + " spans " +
+                             std::to_string(span.last - span.first + 1) +
+                             " bytes; a generated layer addresses at most " +
+                             std::to_string(INT32_MAX) + " bytes per tensor");
+    if (!is_output)
+        return Status();
+    // Writing through overlapping elements would race: require distinct addresses.
+    std::vector<int> order;
+    for (int i = 0; i < rank; i++)
+        if (layout.shape[i] > 1)
+            order.push_back(i);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return layout.strides[a] < layout.strides[b]; });
+    int64_t needed = 1;
+    for (int i : order) {
+        if (layout.strides[i] < needed)
+            return Status::error("attngen: " + arg + " has overlapping elements: stride " +
+                                 std::to_string(layout.strides[i]) + " in dimension " +
+                                 std::to_string(i) + " must be at least " +
+                                 std::to_string(needed));
+        needed = layout.strides[i] * layout.shape[i];
+    }
+    return Status();
+}
+
+} // namespace
+
+Status validate(const Layer &layer, const Arguments &args) {
+    const LayerInfo &info = layer.info;
+    if (layer.entry == nullptr || layer.metadata == nullptr || info.name == nullptr)
+        return Status::error("attngen: the layer has no entry point; use the Layer from its "
+                             "generated header");
+
+    std::vector<ArgRule> rules = rules_for(info, args);
+    Bound bound[4];
+    for (const ArgRule &rule : rules) {
+        if (!rule.wanted) {
+            if (rule.given)
+                return Status::error("attngen: " + quoted(rule.name) + " was given but layer '" +
+                                     info.name + "' " + rule.why_not);
+            continue;
+        }
+        if (!rule.given)
+            return Status::error("attngen: layer '" + std::string(info.name) + "' needs " +
+                                 quoted(rule.name) + " " + shape_text(rule.dims) +
+                                 " but it was not given");
+        Status status = check_layout(rule.name, *rule.layout, rule.data, rule.dtype, rule.dims,
+                                     info, false);
+        if (!status)
+            return status;
+        for (size_t i = 0; i < rule.dims.size(); i++) {
+            const DimRule &dim = rule.dims[i];
+            int64_t actual = rule.layout->shape[i];
+            if (dim.symbol == Symbol::none) {
+                if (actual != dim.fixed)
+                    return Status::error("attngen: " + quoted(rule.name) + " has " +
+                                         dim.meaning + " " + std::to_string(actual) +
+                                         " but layer '" + info.name + "' was generated for " +
+                                         std::to_string(dim.fixed));
+                continue;
+            }
+            Bound &b = bound[static_cast<int>(dim.symbol)];
+            if (b.by == nullptr) {
+                b = {actual, rule.name};
+            } else if (b.value != actual) {
+                return Status::error("attngen: " + quoted(rule.name) + " has " + dim.meaning +
+                                     " " + std::to_string(actual) + " but " + quoted(b.by) +
+                                     " has " + dim.meaning + " " + std::to_string(b.value));
+            }
+        }
+    }
+
+    const int64_t batch = bound[static_cast<int>(Symbol::batch)].value;
+    const int64_t query_len = bound[static_cast<int>(Symbol::query_len)].value;
+    int64_t key_len = bound[static_cast<int>(Symbol::key_len)].value;
+    if (key_len < 0)
+        key_len = query_len; // self-attention with projections: keys come from x
+
+    // The output.
+    const bool projected_out = info.out_projection;
+    const DimList out_dims =
+        projected_out ? DimList{{"batch", Symbol::batch, 0},
+                                {"query length", Symbol::query_len, 0},
+                                {"model_dim", Symbol::none, info.model_dim}}
+                      : DimList{{"batch", Symbol::batch, 0},
+                                {"heads", Symbol::none, info.heads},
+                                {"query length", Symbol::query_len, 0},
+                                {"head_dim", Symbol::none, info.head_dim}};
+    if (!args.out.given())
+        return Status::error("attngen: layer '" + std::string(info.name) + "' needs `out` " +
+                             shape_text(out_dims) + " but it was not given");
+    Status status = check_layout("out", args.out, args.out.data, info.dtype, out_dims, info, true);
+    if (!status)
+        return status;
+    for (size_t i = 0; i < out_dims.size(); i++) {
+        const DimRule &dim = out_dims[i];
+        int64_t expected = dim.symbol == Symbol::batch       ? batch
+                           : dim.symbol == Symbol::query_len ? query_len
+                                                             : dim.fixed;
+        if (args.out.shape[i] == expected)
+            continue;
+        std::string source = dim.symbol == Symbol::none
+                                 ? "layer '" + std::string(info.name) + "' was generated for"
+                                 : "the inputs give";
+        return Status::error("attngen: `out` has " + std::string(dim.meaning) + " " +
+                             std::to_string(args.out.shape[i]) + " but " + source + " " +
+                             std::to_string(expected));
+    }
+
+    // The output must not share memory with any input.
+    Span out_span = span_of(args.out, args.out.data);
+    for (const ArgRule &rule : rules) {
+        if (!rule.given)
+            continue;
+        Span in_span = span_of(*rule.layout, rule.data);
+        if (in_span.first <= out_span.last && out_span.first <= in_span.last)
+            return Status::error("attngen: `out` overlaps " + quoted(rule.name) +
+                                 "; the output must not share memory with an input");
+    }
+
+    if (info.key_padding) {
+        const auto *lengths = static_cast<const int32_t *>(args.key_lengths.data);
+        for (int64_t b = 0; b < batch; b++) {
+            int32_t length = lengths[b * args.key_lengths.strides[0]];
+            if (length < 0 || length > key_len)
+                return Status::error("attngen: `key_lengths[" + std::to_string(b) + "]` is " +
+                                     std::to_string(length) + " but must be in [0, " +
+                                     std::to_string(key_len) + "] (the key length)");
+        }
+    }
+    return Status();
+}
+
+} // namespace attngen

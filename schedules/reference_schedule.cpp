@@ -1,0 +1,15 @@
+// The plain reference schedule: every stage at root, no parallelism, no vectorization. Slow and
+// obviously right; the x86 and later schedules are checked against the same reference.
+#include "schedule.h"
+
+namespace attngen {
+
+void apply_reference_schedule(AttentionStages &s, const Halide::Target &) {
+    for (Halide::Func *stage : {&s.q_proj, &s.k_proj, &s.v_proj, &s.q_heads, &s.k_heads,
+                                &s.v_heads, &s.scores, &s.masked, &s.row_max, &s.probs,
+                                &s.row_sum, &s.weighted_sum, &s.attn_out, &s.out_proj})
+        if (stage->defined())
+            stage->compute_root();
+}
+
+} // namespace attngen
