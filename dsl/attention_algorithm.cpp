@@ -93,19 +93,30 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     s.scores(k, q, h, b) = 0.0f;
     s.scores(k, q, h, b) += s.q_heads(s.r_head_dim, q, h, b) * s.k_heads(s.r_head_dim, k, kv_head, b);
 
+    // Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
+    // pipeline: a masked score is the lowest finite float instead, and anything below
+    // `masked_cutoff` (half of it) counts as masked. A user's -inf in attn_bias is clamped to
+    // the lowest float on load, so it masks exactly as -inf would.
+    const float lowest = std::numeric_limits<float>::lowest();
+    const float masked_cutoff = lowest / 2;
     Expr score = s.scores(k, q, h, b);
     if (spec.mask.additive)
-        score += f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query),
-                                  h, b));
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    s.masked(k, q, h, b) = Halide::select(key_visible(spec, in, k, q, b), score, neg_inf);
+        score += Halide::max(f32(in.attn_bias(Halide::clamp(k, 0, last_key),
+                                              Halide::clamp(q, 0, last_query), h, b)),
+                             lowest);
+    // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
+    // bounds inference from trimming the scores' region by the mask condition, which would
+    // make a tile's region depend on the mask instead of the tile.
+    s.masked(k, q, h, b) =
+        Halide::max(score + Halide::select(key_visible(spec, in, k, q, b), 0.0f, lowest), lowest);
 
-    // Numerically stable softmax; a row with every key masked has row_max = -inf and gets
-    // probs = 0, row_sum = 0 and an all-zero output row instead of NaN.
-    s.row_max(q, h, b) = neg_inf;
+    // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
+    // row_sum = 0 and an all-zero output row instead of NaN.
+    s.row_max(q, h, b) = lowest;
     s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.masked(s.r_keys, q, h, b));
     Expr shifted = s.masked(k, q, h, b) - s.row_max(q, h, b);
-    s.probs(k, q, h, b) = Halide::select(s.masked(k, q, h, b) > neg_inf, Halide::exp(shifted), 0.0f);
+    s.probs(k, q, h, b) =
+        Halide::select(s.masked(k, q, h, b) > masked_cutoff, Halide::exp(shifted), 0.0f);
     s.row_sum(q, h, b) = 0.0f;
     s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
 

@@ -178,6 +178,8 @@ std::optional<Projections> parse_projections(const std::string &text, bool bias)
     std::string body = trim(text);
     if (body == "none")
         return proj;
+    if (body.empty())
+        return std::nullopt;
     for (const std::string &name : split(body, ',')) {
         bool *slot = name == "q" ? &proj.q
                      : name == "k" ? &proj.k
@@ -212,6 +214,8 @@ std::optional<MaskSpec> parse_mask(const std::string &text) {
     std::string body = trim(text);
     if (body == "none")
         return mask;
+    if (body.empty())
+        return std::nullopt;
     for (const std::string &term : split(body, '+')) {
         if (term == "causal" && !mask.causal) {
             mask.causal = true;

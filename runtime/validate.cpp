@@ -132,6 +132,9 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
     if (layout.rank != rank)
         return Status::error("attngen: " + arg + " must have rank " + std::to_string(rank) + " " +
                              shape_text(dims) + ", got rank " + std::to_string(layout.rank));
+    if (layout.dtype != dtype && dtype == DType::i32)
+        return Status::error("attngen: " + arg + " has dtype " + dtype_name(layout.dtype) +
+                             " but must be i32");
     if (layout.dtype != dtype)
         return Status::error("attngen: " + arg + " has dtype " + dtype_name(layout.dtype) +
                              " but layer '" + info.name + "' was generated for " +

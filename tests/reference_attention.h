@@ -1,0 +1,29 @@
+// A plain double-precision attention, written from the math of DESIGN.md and independent of
+// dsl/: the oracle every generated layer is tested against.
+#pragma once
+
+#include <vector>
+
+namespace attngen_test {
+
+/** One problem, tensors row-major as the runtime's users hold them, widened to double. */
+struct ReferenceProblem {
+    int batch = 1, heads = 1, kv_heads = 1, head_dim = 1, model_dim = 0;
+    int query_len = 1, key_len = 1;
+    double scale = 1.0;
+    bool causal = false, key_padding = false, additive = false;
+    int window = 0;
+    bool projections = false, out_projection = false, bias = false, cross = false;
+
+    std::vector<double> query, key, value;         // (B,H,Lq,D), (B,Hkv,Lk,D), (B,Hkv,Lk,D)
+    std::vector<double> x, context;                // (B,Lq,M), (B,Lk,M)
+    std::vector<double> wq, wk, wv, wo;            // (out, in)
+    std::vector<double> bq, bk, bv, bo;            // (out)
+    std::vector<int> key_lengths;                  // (B)
+    std::vector<double> attn_bias;                 // (B,H,Lq,Lk)
+};
+
+/** The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. */
+std::vector<double> reference_attention(const ReferenceProblem &problem);
+
+} // namespace attngen_test

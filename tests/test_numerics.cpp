@@ -1,0 +1,146 @@
+// Generated layers against the double-precision reference on random data: every head_dim class,
+// mask kind and combination, grouped- and multi-query, projections, cross attention, storage
+// types, and shapes with Lq or Lk = 1, lengths off the vector width, Lq != Lk and batch > 1.
+#include "test_support.h"
+
+#include "t_d128_additive.h"
+#include "t_d16_causal_padding.h"
+#include "t_d16_plain.h"
+#include "t_d32_bf16.h"
+#include "t_d32_f16.h"
+#include "t_d32_gqa_causal.h"
+#include "t_d64_all_masks.h"
+#include "t_d64_mqa_padding.h"
+#include "t_d64_reference.h"
+#include "t_d80_window.h"
+#include "t_mha_cross.h"
+#include "t_mha_qkv.h"
+#include "t_mha_self.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+using namespace attngen_test;
+
+namespace {
+
+struct Shape {
+    int batch, query_len, key_len;
+};
+
+/** Fixed corner shapes plus random ones drawn from the seed. */
+std::vector<Shape> shapes_for(uint32_t seed) {
+    std::vector<Shape> shapes = {{1, 1, 1},  {1, 1, 37}, {1, 37, 1}, {2, 7, 7},
+                                 {3, 17, 23}, {1, 33, 16}, {2, 64, 64}, {1, 45, 130}};
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> batch(1, 3), length(1, 100);
+    for (int i = 0; i < 4; i++)
+        shapes.push_back({batch(rng), length(rng), length(rng)});
+    return shapes;
+}
+
+/** Runs `layer` on random problems of every shape and checks each against the reference. */
+void check_against_reference(const attngen::Layer &layer, uint32_t base_seed) {
+    const uint32_t seed = test_seed(base_seed);
+    INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    const double tolerance = tolerance_for(layer.info.dtype);
+    uint32_t problem_seed = seed;
+    for (const Shape &shape : shapes_for(seed)) {
+        Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len, ++problem_seed);
+        OutputBuffer out(layer.info.dtype, problem.out_elements());
+        attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+        INFO(describe(problem, problem_seed) << ": " << status.message());
+        REQUIRE(status.ok());
+        double error = relative_error(out.values(), reference_attention(problem.reference()));
+        INFO("relative error " << error << ", tolerance " << tolerance);
+        CHECK(error <= tolerance);
+    }
+}
+
+} // namespace
+
+TEST_CASE("plain attention with head_dim 16 matches the reference") {
+    check_against_reference(t_d16_plain_layer(), 1601);
+}
+
+TEST_CASE("grouped-query causal attention with head_dim 32 matches the reference") {
+    check_against_reference(t_d32_gqa_causal_layer(), 3201);
+}
+
+TEST_CASE("multi-query attention with key padding and head_dim 64 matches the reference") {
+    check_against_reference(t_d64_mqa_padding_layer(), 6401);
+}
+
+TEST_CASE("sliding-window attention with head_dim 80 matches the reference") {
+    check_against_reference(t_d80_window_layer(), 8001);
+}
+
+TEST_CASE("an additive mask with head_dim 128 matches the reference") {
+    check_against_reference(t_d128_additive_layer(), 12801);
+}
+
+TEST_CASE("causal and key-padding masks combined match the reference") {
+    check_against_reference(t_d16_causal_padding_layer(), 1602);
+}
+
+TEST_CASE("all four mask kinds combined match the reference") {
+    check_against_reference(t_d64_all_masks_layer(), 6402);
+}
+
+TEST_CASE("self-attention with projections, biases and grouped heads matches the reference") {
+    check_against_reference(t_mha_self_layer(), 9001);
+}
+
+TEST_CASE("cross-attention with projections and key padding matches the reference") {
+    check_against_reference(t_mha_cross_layer(), 9002);
+}
+
+TEST_CASE("q/k/v projections without an output projection match the reference") {
+    check_against_reference(t_mha_qkv_layer(), 9003);
+}
+
+TEST_CASE("f16 storage with f32 accumulation matches the reference") {
+    check_against_reference(t_d32_f16_layer(), 3202);
+}
+
+TEST_CASE("bf16 storage with f32 accumulation matches the reference") {
+    check_against_reference(t_d32_bf16_layer(), 3203);
+}
+
+TEST_CASE("the plain reference schedule matches the reference") {
+    check_against_reference(t_d64_reference_layer(), 6403);
+}
+
+TEST_CASE("a query row whose every key is masked gives zeros, not NaN") {
+    const uint32_t seed = test_seed(77);
+    INFO("seed " << seed);
+    const attngen::Layer &layer = t_d16_causal_padding_layer();
+    // Key padding of length 0 hides every key of batch 0; batch 1 keeps some.
+    Problem problem(layer.info, 2, 9, 12, seed);
+    problem.key_lengths.ints = {0, 5};
+    OutputBuffer out(layer.info.dtype, problem.out_elements());
+    attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+    REQUIRE(status.ok());
+    std::vector<float> values = out.values();
+    const size_t batch_elements = values.size() / 2;
+    for (size_t i = 0; i < batch_elements; i++)
+        REQUIRE(values[i] == 0.0f);
+    for (float value : values)
+        REQUIRE(std::isfinite(value));
+
+    // Causal with Lq > Lk: the first Lq - Lk queries see no key at all.
+    Problem early(layer.info, 1, 10, 4, seed + 1);
+    early.key_lengths.ints = {4};
+    OutputBuffer early_out(layer.info.dtype, early.out_elements());
+    REQUIRE(attngen::run(layer, early.arguments(early_out.data())).ok());
+    std::vector<double> want = reference_attention(early.reference());
+    std::vector<float> got = early_out.values();
+    const int D = layer.info.head_dim, Lq = 10;
+    for (int h = 0; h < layer.info.heads; h++)
+        for (int q = 0; q < 6; q++)
+            for (int d = 0; d < D; d++)
+                REQUIRE(got[(static_cast<size_t>(h) * Lq + q) * D + d] == 0.0f);
+    CHECK(relative_error(got, want) <= tolerance_for(layer.info.dtype));
+}

@@ -1,0 +1,141 @@
+// The description API refuses invalid layers with a message naming the field.
+#include "dsl/attention_spec.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using attngen::AttentionSpec;
+
+namespace {
+
+std::string problems(const AttentionSpec &spec) {
+    return attngen::describe_errors(attngen::check_spec(spec));
+}
+
+AttentionSpec sdpa(int heads, int head_dim) {
+    AttentionSpec spec;
+    spec.heads = heads;
+    spec.head_dim = head_dim;
+    return spec;
+}
+
+} // namespace
+
+TEST_CASE("a plain description is valid and derives its defaults") {
+    AttentionSpec spec = sdpa(8, 64);
+    CHECK(problems(spec).empty());
+    CHECK(spec.resolved_kv_heads() == 8);
+    CHECK(spec.resolved_model_dim() == 512);
+    CHECK(spec.resolved_scale() == 1.0 / std::sqrt(64.0));
+    spec.scale = 1.0;
+    CHECK(spec.resolved_scale() == 1.0);
+
+    AttentionSpec mha;
+    mha.model_dim = 512;
+    mha.heads = 8;
+    mha.kv_heads = 2;
+    mha.projections = {true, true, true, true, true};
+    CHECK(problems(mha).empty());
+    CHECK(mha.resolved_head_dim() == 64);
+    CHECK(mha.group_size() == 4);
+}
+
+TEST_CASE("kv_heads must divide heads") {
+    AttentionSpec spec = sdpa(8, 64);
+    spec.kv_heads = 3;
+    CHECK(problems(spec) == "kv_heads: must divide heads (8), got 3");
+}
+
+TEST_CASE("invalid sizes name their field") {
+    CHECK(problems(sdpa(0, 64)) == "heads: must be in 1..4096, got 0");
+    CHECK(problems(sdpa(2, 0)) == "head_dim: is required without projections (or give "
+                                  "model_dim), got 0");
+    AttentionSpec spec = sdpa(2, -4);
+    CHECK(problems(spec) == "head_dim: must be in 1..65536 (or 0 to derive), got -4");
+    AttentionSpec derived;
+    derived.model_dim = 100;
+    derived.heads = 3;
+    derived.projections = {true, true, true, false, false};
+    CHECK(problems(derived) ==
+          "head_dim: cannot be derived: model_dim 100 is not divisible by heads 3");
+}
+
+TEST_CASE("projections must be all of q, k and v or none") {
+    AttentionSpec spec = sdpa(2, 16);
+    spec.model_dim = 32;
+    spec.projections.q = true;
+    CHECK(problems(spec) == "projections: must name all of q, k and v or none of them, got 'q'");
+    AttentionSpec out_only = sdpa(2, 16);
+    out_only.model_dim = 32;
+    out_only.projections.out = true;
+    CHECK(problems(out_only) == "projections: 'out' needs q, k and v as well, got 'out'");
+}
+
+TEST_CASE("bias and cross-attention need projections") {
+    AttentionSpec spec = sdpa(2, 16);
+    spec.projections.bias = true;
+    spec.cross_attention = true;
+    CHECK(problems(spec) == "bias: needs projections; the layer has none\n"
+                            "cross_attention: needs projections; without them pass keys/values "
+                            "directly");
+}
+
+TEST_CASE("projections need model_dim") {
+    AttentionSpec spec = sdpa(2, 16);
+    spec.projections = {true, true, true, false, false};
+    CHECK(problems(spec) == "model_dim: is required with projections, got 0");
+}
+
+TEST_CASE("scale must be finite and non-zero") {
+    AttentionSpec spec = sdpa(2, 16);
+    spec.scale = 0.0;
+    CHECK(problems(spec) == "scale: must be finite and non-zero, got 0");
+    spec.scale = INFINITY;
+    CHECK(problems(spec) == "scale: must be finite and non-zero, got inf");
+}
+
+TEST_CASE("masks parse, combine and print back") {
+    auto mask = attngen::parse_mask("causal + padding+window(256)+additive");
+    REQUIRE(mask);
+    CHECK(mask->causal);
+    CHECK(mask->key_padding);
+    CHECK(mask->window == 256);
+    CHECK(mask->additive);
+    CHECK(attngen::to_string(*mask) == "causal+padding+window(256)+additive");
+    CHECK(attngen::to_string(*attngen::parse_mask("none")) == "none");
+    CHECK_FALSE(attngen::parse_mask("causal+causal"));
+    CHECK_FALSE(attngen::parse_mask("window(0)"));
+    CHECK_FALSE(attngen::parse_mask("window(x)"));
+    CHECK_FALSE(attngen::parse_mask("sliding"));
+    CHECK_FALSE(attngen::parse_mask(""));
+    CHECK_FALSE(attngen::parse_projections("", false));
+    CHECK_FALSE(attngen::parse_projections("q,k,v,o", false));
+}
+
+TEST_CASE("parameters round-trip and malformed ones name their key") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec spec = attngen::spec_from_params(
+        {{"model_dim", "96"}, {"heads", "6"}, {"kv_heads", "2"}, {"projections", "q, k, v, out"},
+         {"bias", "true"}, {"mask", "causal+window(8)"}, {"scale", "0.25"}, {"dtype", "bf16"}},
+        errors);
+    REQUIRE(errors.empty());
+    CHECK(problems(spec).empty());
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(spec), again);
+    REQUIRE(again.empty());
+    CHECK(attngen::spec_to_params(round_trip) == attngen::spec_to_params(spec));
+    CHECK(round_trip.resolved_scale() == 0.25);
+
+    errors.clear();
+    attngen::spec_from_params({{"heads", "eight"}, {"colour", "red"}, {"dtype", "f64"},
+                               {"projections", "q,q"}, {"mask", "causal+"}},
+                              errors);
+    CHECK(attngen::describe_errors(errors) ==
+          "colour: is not a field of an attention layer\n"
+          "heads: expected a non-negative integer, got 'eight'\n"
+          "dtype: expected f32, f16 or bf16, got 'f64'\n"
+          "projections: expected 'none' or a list of q, k, v, out, got 'q,q'\n"
+          "mask: expected 'none' or causal, padding, window(N), additive joined with '+', got "
+          "'causal+'");
+}

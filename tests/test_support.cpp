@@ -1,0 +1,306 @@
+// Random problems and error measures for the tests.
+#include "test_support.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace attngen_test {
+
+uint32_t test_seed(uint32_t fallback) {
+    const char *text = std::getenv("ATTNGEN_TEST_SEED");
+    return text ? static_cast<uint32_t>(std::strtoul(text, nullptr, 10)) : fallback;
+}
+
+uint16_t to_f16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    uint32_t sign = (bits >> 16) & 0x8000u;
+    int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+    uint32_t mantissa = bits & 0x7fffffu;
+    if (((bits >> 23) & 0xff) == 0xff) // inf or nan
+        return static_cast<uint16_t>(sign | 0x7c00u | (mantissa ? 0x200u : 0));
+    if (exponent >= 31)
+        return static_cast<uint16_t>(sign | 0x7c00u);
+    if (exponent <= 0) { // subnormal or zero
+        if (exponent < -10)
+            return static_cast<uint16_t>(sign);
+        mantissa |= 0x800000u;
+        int shift = 14 - exponent;
+        uint32_t half = mantissa >> shift, rest = mantissa & ((1u << shift) - 1);
+        uint32_t halfway = 1u << (shift - 1);
+        if (rest > halfway || (rest == halfway && (half & 1)))
+            half++;
+        return static_cast<uint16_t>(sign | half);
+    }
+    uint32_t half = (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+    uint32_t rest = mantissa & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
+        half++; // may carry into the exponent, which is the right rounding
+    return static_cast<uint16_t>(sign | half);
+}
+
+float from_f16(uint16_t bits) {
+    int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+    double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)
+                       : exponent == 31 ? (mantissa ? std::nan("") : INFINITY)
+                                        : std::ldexp(mantissa + 1024, exponent - 25);
+    return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
+}
+
+uint16_t to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1);
+    return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float from_bf16(uint16_t bits) {
+    uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+}
+
+const void *HostTensor::data() const {
+    switch (dtype) {
+    case attngen::DType::f32:
+        return values.data();
+    case attngen::DType::i32:
+        return ints.data();
+    default:
+        return half.data();
+    }
+}
+
+attngen::Tensor HostTensor::view() const {
+    attngen::Tensor tensor;
+    if (shape.empty())
+        return tensor;
+    tensor.data = data();
+    tensor.dtype = dtype;
+    tensor.rank = static_cast<int>(shape.size());
+    int64_t stride = 1;
+    for (int i = tensor.rank - 1; i >= 0; i--) {
+        tensor.shape[i] = shape[i];
+        tensor.strides[i] = stride;
+        stride *= shape[i];
+    }
+    return tensor;
+}
+
+namespace {
+
+size_t count(const std::vector<int64_t> &shape) {
+    size_t n = 1;
+    for (int64_t extent : shape)
+        n *= static_cast<size_t>(extent);
+    return n;
+}
+
+/** Fills `tensor` with uniform values in [-range, range], rounded to its dtype. */
+void fill(HostTensor &tensor, attngen::DType dtype, std::vector<int64_t> shape, double range,
+          std::mt19937 &rng) {
+    tensor.dtype = dtype;
+    tensor.shape = std::move(shape);
+    std::uniform_real_distribution<float> uniform(static_cast<float>(-range),
+                                                  static_cast<float>(range));
+    tensor.values.resize(count(tensor.shape));
+    for (float &value : tensor.values)
+        value = uniform(rng);
+    if (dtype == attngen::DType::f32)
+        return;
+    tensor.half.resize(tensor.values.size());
+    for (size_t i = 0; i < tensor.values.size(); i++) {
+        tensor.half[i] = dtype == attngen::DType::f16 ? to_f16(tensor.values[i])
+                                                      : to_bf16(tensor.values[i]);
+        tensor.values[i] = dtype == attngen::DType::f16 ? from_f16(tensor.half[i])
+                                                        : from_bf16(tensor.half[i]);
+    }
+}
+
+std::vector<double> widen(const HostTensor &tensor) {
+    return std::vector<double>(tensor.values.begin(), tensor.values.end());
+}
+
+} // namespace
+
+Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_t seed)
+    : info(layer), batch(b), query_len(lq),
+      key_len(layer.projections && !layer.cross_attention ? lq : lk) {
+    lk = key_len; // self-attention: keys are the queries' own positions
+    std::mt19937 rng(seed);
+    const attngen::DType t = info.dtype;
+    const int64_t H = info.heads, Hkv = info.kv_heads, D = info.head_dim, M = info.model_dim;
+    if (info.projections) {
+        const double w_range = 1.0 / std::sqrt(static_cast<double>(M));
+        fill(x, t, {b, lq, M}, 1.0, rng);
+        if (info.cross_attention)
+            fill(context, t, {b, lk, M}, 1.0, rng);
+        fill(wq, t, {H * D, M}, w_range, rng);
+        fill(wk, t, {Hkv * D, M}, w_range, rng);
+        fill(wv, t, {Hkv * D, M}, w_range, rng);
+        if (info.bias) {
+            fill(bq, t, {H * D}, 0.5, rng);
+            fill(bk, t, {Hkv * D}, 0.5, rng);
+            fill(bv, t, {Hkv * D}, 0.5, rng);
+        }
+        if (info.out_projection) {
+            fill(wo, t, {M, H * D}, 1.0 / std::sqrt(static_cast<double>(H * D)), rng);
+            if (info.bias)
+                fill(bo, t, {M}, 0.5, rng);
+        }
+    } else {
+        fill(query, t, {b, H, lq, D}, 1.0, rng);
+        fill(key, t, {b, Hkv, lk, D}, 1.0, rng);
+        fill(value, t, {b, Hkv, lk, D}, 1.0, rng);
+    }
+    if (info.key_padding) {
+        key_lengths.dtype = attngen::DType::i32;
+        key_lengths.shape = {b};
+        std::uniform_int_distribution<int32_t> length(0, lk);
+        for (int i = 0; i < b; i++)
+            key_lengths.ints.push_back(length(rng));
+        key_lengths.values.assign(key_lengths.ints.begin(), key_lengths.ints.end());
+    }
+    if (info.additive) {
+        fill(attn_bias, t, {b, H, lq, lk}, 2.0, rng);
+        // A few -inf entries: an additive mask can hide keys too.
+        std::bernoulli_distribution hidden(0.05);
+        for (size_t i = 0; i < attn_bias.values.size(); i++)
+            if (hidden(rng)) {
+                attn_bias.values[i] = -std::numeric_limits<float>::infinity();
+                if (t == attngen::DType::f16)
+                    attn_bias.half[i] = 0xfc00;
+                else if (t == attngen::DType::bf16)
+                    attn_bias.half[i] = 0xff80;
+            }
+    }
+}
+
+attngen::Arguments Problem::arguments(void *out) const {
+    attngen::Arguments args;
+    args.query = query.view();
+    args.key = key.view();
+    args.value = value.view();
+    args.x = x.view();
+    args.context = context.view();
+    args.wq = wq.view();
+    args.wk = wk.view();
+    args.wv = wv.view();
+    args.wo = wo.view();
+    args.bq = bq.view();
+    args.bk = bk.view();
+    args.bv = bv.view();
+    args.bo = bo.view();
+    args.key_lengths = key_lengths.view();
+    args.attn_bias = attn_bias.view();
+    HostTensor shape_only;
+    shape_only.shape = out_shape();
+    attngen::Tensor layout = shape_only.view();
+    static_cast<attngen::Layout &>(args.out) = layout;
+    args.out.dtype = info.dtype;
+    args.out.data = out;
+    return args;
+}
+
+std::vector<int64_t> Problem::out_shape() const {
+    if (info.out_projection)
+        return {batch, query_len, info.model_dim};
+    return {batch, info.heads, query_len, info.head_dim};
+}
+
+size_t Problem::out_elements() const { return count(out_shape()); }
+
+ReferenceProblem Problem::reference() const {
+    ReferenceProblem p;
+    p.batch = batch;
+    p.heads = info.heads;
+    p.kv_heads = info.kv_heads;
+    p.head_dim = info.head_dim;
+    p.model_dim = info.model_dim;
+    p.query_len = query_len;
+    p.key_len = key_len;
+    p.scale = info.scale;
+    p.causal = info.causal;
+    p.key_padding = info.key_padding;
+    p.window = info.window;
+    p.additive = info.additive;
+    p.projections = info.projections;
+    p.out_projection = info.out_projection;
+    p.bias = info.bias;
+    p.cross = info.cross_attention;
+    p.query = widen(query);
+    p.key = widen(key);
+    p.value = widen(value);
+    p.x = widen(x);
+    p.context = widen(context);
+    p.wq = widen(wq);
+    p.wk = widen(wk);
+    p.wv = widen(wv);
+    p.wo = widen(wo);
+    p.bq = widen(bq);
+    p.bk = widen(bk);
+    p.bv = widen(bv);
+    p.bo = widen(bo);
+    p.key_lengths.assign(key_lengths.ints.begin(), key_lengths.ints.end());
+    p.attn_bias = widen(attn_bias);
+    return p;
+}
+
+OutputBuffer::OutputBuffer(attngen::DType type, size_t elements) : dtype(type) {
+    // A recognizable non-zero pattern, so a result that was never written cannot pass.
+    if (dtype == attngen::DType::f32)
+        f32.assign(elements, -12345.0f);
+    else
+        half.assign(elements, dtype == attngen::DType::f16 ? to_f16(-1234.0f) : to_bf16(-1234.0f));
+}
+
+void *OutputBuffer::data() {
+    return dtype == attngen::DType::f32 ? static_cast<void *>(f32.data())
+                                        : static_cast<void *>(half.data());
+}
+
+std::vector<float> OutputBuffer::values() const {
+    if (dtype == attngen::DType::f32)
+        return f32;
+    std::vector<float> widened(half.size());
+    for (size_t i = 0; i < half.size(); i++)
+        widened[i] = dtype == attngen::DType::f16 ? from_f16(half[i]) : from_bf16(half[i]);
+    return widened;
+}
+
+double relative_error(const std::vector<float> &got, const std::vector<double> &want) {
+    if (got.size() != want.size())
+        return std::numeric_limits<double>::infinity();
+    double scale = 1.0, error = 0.0;
+    for (double value : want)
+        scale = std::max(scale, std::abs(value));
+    for (size_t i = 0; i < got.size(); i++) {
+        double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+        if (!(diff <= error)) // NaN counts as infinite error
+            error = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff;
+    }
+    return error / scale;
+}
+
+double tolerance_for(attngen::DType dtype) {
+    switch (dtype) {
+    case attngen::DType::f16:
+        return 2e-3;
+    case attngen::DType::bf16:
+        return 1.6e-2;
+    default:
+        return 5e-6;
+    }
+}
+
+std::string describe(const Problem &problem, uint32_t seed) {
+    return std::string("layer=") + problem.info.name + " B=" + std::to_string(problem.batch) +
+           " Lq=" + std::to_string(problem.query_len) + " Lk=" + std::to_string(problem.key_len) +
+           " seed=" + std::to_string(seed);
+}
+
+} // namespace attngen_test

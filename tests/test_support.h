@@ -1,0 +1,72 @@
+// Shared by the tests: random problems for a generated layer, the matching double-precision
+// reference problem, and error measures. Every random draw comes from a printed seed.
+#pragma once
+
+#include "attngen/runtime.h"
+#include "reference_attention.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attngen_test {
+
+/** The seed of a test: ATTNGEN_TEST_SEED if set, else `fallback`; printed by the caller. */
+uint32_t test_seed(uint32_t fallback);
+
+/** Storage round trips, written out plainly (round to nearest even). */
+uint16_t to_f16(float value);
+float from_f16(uint16_t bits);
+uint16_t to_bf16(float value);
+float from_bf16(uint16_t bits);
+
+/** A tensor of the layer's storage type and the exact float values it holds. */
+struct HostTensor {
+    attngen::DType dtype = attngen::DType::f32;
+    std::vector<int64_t> shape;
+    std::vector<float> values;   ///< what the layer reads, after rounding to dtype
+    std::vector<uint16_t> half;  ///< storage for f16/bf16
+    std::vector<int32_t> ints;   ///< storage for i32
+    const void *data() const;
+    attngen::Tensor view() const;
+};
+
+/** Random inputs for one call of a layer, with Lq, Lk and batch chosen by the caller. */
+class Problem {
+public:
+    Problem(const attngen::LayerInfo &info, int batch, int query_len, int key_len, uint32_t seed);
+
+    /** Arguments over this problem's tensors, writing to `out` (out_shape(), layer dtype). */
+    attngen::Arguments arguments(void *out) const;
+    ReferenceProblem reference() const;
+
+    std::vector<int64_t> out_shape() const;
+    size_t out_elements() const;
+
+    const attngen::LayerInfo &info;
+    int batch, query_len, key_len;
+    HostTensor query, key, value, x, context, wq, wk, wv, wo, bq, bk, bv, bo;
+    HostTensor key_lengths, attn_bias;
+};
+
+/** An output buffer of the layer's dtype, read back as floats. */
+struct OutputBuffer {
+    OutputBuffer(attngen::DType dtype, size_t elements);
+    void *data();
+    std::vector<float> values() const;
+    attngen::DType dtype;
+    std::vector<float> f32;
+    std::vector<uint16_t> half;
+};
+
+/** max |got - want| / max(max |want|, 1): the error measure the tolerances refer to. */
+double relative_error(const std::vector<float> &got, const std::vector<double> &want);
+
+/** The normwise tolerance for a storage type: f32 5e-6, f16 2e-3, bf16 1.6e-2 (the
+ * f16/bf16 reference reads the same rounded inputs; the output rounding dominates). */
+double tolerance_for(attngen::DType dtype);
+
+/** "B=2 Lq=17 Lk=33 seed=123" for messages. */
+std::string describe(const Problem &problem, uint32_t seed);
+
+} // namespace attngen_test
