@@ -43,9 +43,14 @@ function(attngen_add_layer name)
                        USE_RUNTIME attngen_runtime
                        PARAMS ${ARG_PARAMS} schedule=${ARG_SCHEDULE})
 
+    # The header binds each target's function, named as add_halide_library names it.
+    set(variant_targets ${ARG_TARGETS})
+    list(TRANSFORM variant_targets APPEND "-user_context-no_runtime")
+    list(JOIN variant_targets "," variant_targets)
     set(header "${CMAKE_CURRENT_BINARY_DIR}/${name}.h")
     add_custom_command(OUTPUT "${header}"
-                       COMMAND attngen header --name ${name} -o "${header}" ${ARG_PARAMS}
+                       COMMAND attngen header --name ${name} --targets ${variant_targets}
+                               -o "${header}" ${ARG_PARAMS}
                        DEPENDS attngen
                        VERBATIM)
     add_custom_target(${name}.header ALL DEPENDS "${header}")

@@ -4,9 +4,12 @@
 // runtime matches arguments by.
 #include "dsl/attention_algorithm.h"
 #include "dsl/attention_spec.h"
+#include "dsl/layer_interface.h"
 #include "schedules/schedule.h"
 
 #include "Halide.h"
+
+#include <map>
 
 namespace attngen {
 
@@ -52,80 +55,47 @@ public:
                  std::string(schedule_name) + "'");
 
         const Halide::Type stored = storage_type(spec_.dtype);
-        const int dim = spec_.resolved_head_dim();
-        const int kv = spec_.resolved_kv_heads();
-        const int width = spec_.resolved_model_dim();
-        const Projections &proj = spec_.projections;
-        if (proj.any()) {
-            x_ = add_buffer("x", stored, {width, -1, -1});
-            if (spec_.cross_attention)
-                context_ = add_buffer("context", stored, {width, -1, -1});
-            wq_ = add_buffer("wq", stored, {width, spec_.heads * dim});
-            wk_ = add_buffer("wk", stored, {width, kv * dim});
-            wv_ = add_buffer("wv", stored, {width, kv * dim});
-            if (proj.bias) {
-                bq_ = add_buffer("bq", stored, {spec_.heads * dim});
-                bk_ = add_buffer("bk", stored, {kv * dim});
-                bv_ = add_buffer("bv", stored, {kv * dim});
+        for (const BufferArgument &arg : layer_arguments(spec_)) {
+            const Halide::Type type = arg.is_int32 ? Halide::Int(32) : stored;
+            const int dims = static_cast<int>(arg.extents.size());
+            if (arg.is_output) {
+                out_ = add_output<Buffer<>>(arg.name, type, dims);
+                out_extents_ = arg.extents;
+                continue;
             }
-            if (proj.out) {
-                wo_ = add_buffer("wo", stored, {spec_.heads * dim, width});
-                if (proj.bias)
-                    bo_ = add_buffer("bo", stored, {width});
-            }
-        } else {
-            query_ = add_buffer("query", stored, {dim, -1, spec_.heads, -1});
-            key_ = add_buffer("key", stored, {dim, -1, kv, -1});
-            value_ = add_buffer("value", stored, {dim, -1, kv, -1});
+            inputs_[arg.name] = {add_input<Buffer<>>(arg.name, type, dims), arg.extents};
         }
-        if (spec_.mask.key_padding)
-            key_lengths_ = add_buffer("key_lengths", Halide::Int(32), {-1});
-        if (spec_.mask.additive)
-            attn_bias_ = add_buffer("attn_bias", stored, {-1, -1, spec_.heads, -1});
-
-        if (proj.out)
-            out_ = add_output<Buffer<>>("out", stored, 3);
-        else
-            out_ = add_output<Buffer<>>("out", stored, 4);
     }
 
     void generate() {
-        constrain_inputs();
+        // Fixed extents become constraints the schedule can rely on; mins are always 0.
+        for (auto &entry : inputs_)
+            constrain(*entry.second.first, entry.second.second);
+
         AttentionInputs in;
-        auto func = [](GeneratorInput<Buffer<>> *input) { return input ? Func(*input) : Func(); };
-        in.query = func(query_);
-        in.key = func(key_);
-        in.value = func(value_);
-        in.x = func(x_);
-        in.context = func(context_);
-        in.wq = func(wq_);
-        in.wk = func(wk_);
-        in.wv = func(wv_);
-        in.wo = func(wo_);
-        in.bq = func(bq_);
-        in.bk = func(bk_);
-        in.bv = func(bv_);
-        in.bo = func(bo_);
-        in.key_lengths = func(key_lengths_);
-        in.attn_bias = func(attn_bias_);
-        if (spec_.projections.any()) {
-            in.query_len = x_->dim(1).extent();
-            in.key_len = (spec_.cross_attention ? context_ : x_)->dim(1).extent();
-        } else {
-            in.query_len = query_->dim(1).extent();
-            in.key_len = key_->dim(1).extent();
-        }
+        in.query = input("query");
+        in.key = input("key");
+        in.value = input("value");
+        in.x = input("x");
+        in.context = input("context");
+        in.wq = input("wq");
+        in.wk = input("wk");
+        in.wv = input("wv");
+        in.wo = input("wo");
+        in.bq = input("bq");
+        in.bk = input("bk");
+        in.bv = input("bv");
+        in.bo = input("bo");
+        in.key_lengths = input("key_lengths");
+        in.attn_bias = input("attn_bias");
+        const char *queries = spec_.projections.any() ? "x" : "query";
+        const char *keys = spec_.projections.any() ? (spec_.cross_attention ? "context" : "x")
+                                                   : "key";
+        in.query_len = inputs_.at(queries).first->dim(1).extent();
+        in.key_len = inputs_.at(keys).first->dim(1).extent();
 
         stages_ = build_attention(spec_, in, *out_);
-        // The output's fixed extents, so the schedule can rely on them.
-        if (spec_.projections.out) {
-            out_->dim(0).set_bounds(0, spec_.resolved_model_dim());
-        } else {
-            out_->dim(0).set_bounds(0, spec_.resolved_head_dim());
-            out_->dim(2).set_bounds(0, spec_.heads);
-        }
-        for (int i = 0; i < out_->dimensions(); i++)
-            out_->dim(i).set_min(0);
+        constrain(*out_, out_extents_);
     }
 
     void schedule() {
@@ -140,32 +110,26 @@ private:
         throw Halide::CompileError("attngen: " + message);
     }
 
-    /** Declares a buffer input; a positive extent is fixed at generation time, -1 is free. */
-    GeneratorInput<Buffer<>> *add_buffer(const std::string &name, Halide::Type type,
-                                         const std::vector<int> &extents) {
-        auto *input = add_input<Buffer<>>(name, type, static_cast<int>(extents.size()));
-        inputs_.push_back({input, extents});
-        return input;
+    /** The input's Func, or an undefined Func when the spec has no such input. */
+    Func input(const std::string &name) const {
+        auto found = inputs_.find(name);
+        return found == inputs_.end() ? Func() : Func(*found->second.first);
     }
 
-    void constrain_inputs() {
-        for (const auto &entry : inputs_)
-            for (size_t i = 0; i < entry.second.size(); i++) {
-                entry.first->dim(i).set_min(0);
-                if (entry.second[i] > 0)
-                    entry.first->dim(i).set_extent(entry.second[i]);
-            }
+    template <typename Argument>
+    static void constrain(Argument &argument, const std::vector<int> &extents) {
+        for (size_t i = 0; i < extents.size(); i++) {
+            argument.dim(i).set_min(0);
+            if (extents[i] > 0)
+                argument.dim(i).set_extent(extents[i]);
+        }
     }
 
     AttentionSpec spec_;
     AttentionStages stages_;
-    std::vector<std::pair<GeneratorInput<Buffer<>> *, std::vector<int>>> inputs_;
-    GeneratorInput<Buffer<>> *query_ = nullptr, *key_ = nullptr, *value_ = nullptr;
-    GeneratorInput<Buffer<>> *x_ = nullptr, *context_ = nullptr;
-    GeneratorInput<Buffer<>> *wq_ = nullptr, *wk_ = nullptr, *wv_ = nullptr, *wo_ = nullptr;
-    GeneratorInput<Buffer<>> *bq_ = nullptr, *bk_ = nullptr, *bv_ = nullptr, *bo_ = nullptr;
-    GeneratorInput<Buffer<>> *key_lengths_ = nullptr, *attn_bias_ = nullptr;
+    std::map<std::string, std::pair<GeneratorInput<Buffer<>> *, std::vector<int>>> inputs_;
     GeneratorOutput<Buffer<>> *out_ = nullptr;
+    std::vector<int> out_extents_;
 };
 
 } // namespace attngen

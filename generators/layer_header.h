@@ -1,17 +1,25 @@
-// The typed C++ header of a generated layer: its LayerInfo and a named entry point over the
-// Halide function that add_halide_library generates as <name>_halide.
+// The typed C++ header of a generated layer: its LayerInfo, one thunk per compiled variant,
+// and a named entry point over them.
 #pragma once
 
 #include "dsl/attention_spec.h"
 
 #include <string>
+#include <vector>
 
 namespace attngen {
 
 /** The suffix of the Halide function behind a layer's typed entry point. */
 inline const char *halide_function_suffix() { return "_halide"; }
 
-/** The text of <spec.name>.h for a valid spec. */
-std::string layer_header(const AttentionSpec &spec);
+/**
+ * The text of <spec.name>.h for a valid spec whose Halide library was generated for `targets`
+ * (the full target strings handed to the generator, best first; a single target means a
+ * library without a multi-target wrapper).
+ */
+std::string layer_header(const AttentionSpec &spec, const std::vector<std::string> &targets);
+
+/** The runtime's CpuVariant (as C++ source) a Halide target string needs. */
+const char *cpu_variant_of(const std::string &target);
 
 } // namespace attngen

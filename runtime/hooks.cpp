@@ -1,5 +1,5 @@
-// Process-wide hooks into the Halide runtime: thread count and the CPU dispatch of multi-target
-// libraries, which can be restricted to one variant so that each code path can be tested.
+// Process-wide hooks: the thread count, and the CPU dispatch of layers over their variants,
+// which can be restricted to one variant so that each code path can be tested.
 #include "attngen/runtime.h"
 #include "internal.h"
 
@@ -13,22 +13,7 @@ namespace attngen {
 namespace {
 
 std::atomic<CpuVariant> forced_variant{CpuVariant::automatic};
-thread_local CpuVariant dispatched_variant = CpuVariant::automatic;
-
-bool has_feature(int count, const uint64_t *features, halide_target_feature_t feature) {
-    int word = static_cast<int>(feature) / 64, bit = static_cast<int>(feature) % 64;
-    return word < count && ((features[word] >> bit) & 1) != 0;
-}
-
-/** The variant a multi-target candidate belongs to, from the features it was compiled with. */
-CpuVariant variant_of(int count, const uint64_t *features) {
-    if (has_feature(count, features, halide_target_feature_avx512_skylake) ||
-        has_feature(count, features, halide_target_feature_avx512))
-        return CpuVariant::avx512;
-    if (has_feature(count, features, halide_target_feature_avx2))
-        return CpuVariant::avx2;
-    return CpuVariant::baseline;
-}
+thread_local const LayerVariant *dispatched = nullptr;
 
 int rank_of(CpuVariant variant) {
     switch (variant) {
@@ -43,17 +28,7 @@ int rank_of(CpuVariant variant) {
     return 2;
 }
 
-int can_use_target_features(int count, const uint64_t *features) {
-    if (!halide_default_can_use_target_features(count, features))
-        return 0;
-    CpuVariant candidate = variant_of(count, features);
-    if (rank_of(candidate) > rank_of(forced_variant.load()))
-        return 0;
-    dispatched_variant = candidate;
-    return 1;
-}
-
-bool cpu_supports(CpuVariant variant) {
+bool detect_cpu_support(CpuVariant variant) {
 #if defined(__x86_64__) || defined(__i386__)
     switch (variant) {
     case CpuVariant::avx512:
@@ -72,6 +47,14 @@ bool cpu_supports(CpuVariant variant) {
 #endif
 }
 
+/** CPU features are read once: dispatch happens on every call. */
+bool cpu_supports(CpuVariant variant) {
+    static const bool supported[] = {true, detect_cpu_support(CpuVariant::avx512),
+                                     detect_cpu_support(CpuVariant::avx2),
+                                     detect_cpu_support(CpuVariant::baseline)};
+    return supported[static_cast<int>(variant)];
+}
+
 } // namespace
 
 namespace internal {
@@ -81,13 +64,21 @@ void install_halide_hooks() {
     std::call_once(once, [] {
         install_error_routing();
         install_scratch_allocator();
-        halide_set_custom_can_use_target_features(can_use_target_features);
     });
 }
 
-void begin_dispatch() {
-    // The last candidate of a multi-target library is taken without asking the hook.
-    dispatched_variant = CpuVariant::baseline;
+CpuVariant forced_cpu_variant() { return forced_variant.load(); }
+
+const LayerVariant *choose_variant(const Layer &layer) {
+    const int allowed = rank_of(forced_variant.load());
+    for (int i = 0; i < layer.variant_count; i++) {
+        const LayerVariant &variant = layer.variants[i];
+        if (rank_of(variant.cpu) <= allowed && cpu_supports(variant.cpu)) {
+            dispatched = &variant;
+            return &variant;
+        }
+    }
+    return nullptr;
 }
 
 } // namespace internal
@@ -115,7 +106,9 @@ Status force_cpu_variant(CpuVariant variant) {
     return Status();
 }
 
-CpuVariant last_cpu_variant() { return dispatched_variant; }
+CpuVariant last_cpu_variant() { return dispatched ? dispatched->cpu : CpuVariant::automatic; }
+
+const char *last_target() { return dispatched ? dispatched->target : ""; }
 
 Status set_num_threads(int threads) {
     if (threads < 0 || threads > 1024)

@@ -129,8 +129,17 @@ Status run(const Layer &layer, const Arguments &args) {
         return Status::error("attngen: layer '" + std::string(layer.info.name) +
                              "' was generated without the user_context feature");
 
-    internal::begin_dispatch();
-    int result = layer.entry(argv.data());
+    const LayerVariant *variant = internal::choose_variant(layer);
+    if (variant == nullptr) {
+        std::string targets;
+        for (int i = 0; i < layer.variant_count; i++)
+            targets += std::string(i ? ", " : "") + layer.variants[i].target;
+        return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                             "' has no variant this CPU can run with CPU variant " +
+                             cpu_variant_name(internal::forced_cpu_variant()) + "; it has " +
+                             targets);
+    }
+    int result = variant->entry(argv.data());
     if (result == 0)
         return Status();
     std::string message = context.halide_error.empty()

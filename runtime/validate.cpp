@@ -184,7 +184,8 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
 
 Status validate(const Layer &layer, const Arguments &args) {
     const LayerInfo &info = layer.info;
-    if (layer.entry == nullptr || layer.metadata == nullptr || info.name == nullptr)
+    if (layer.variants == nullptr || layer.variant_count < 1 || layer.metadata == nullptr ||
+        info.name == nullptr)
         return Status::error("attngen: the layer has no entry point; use the Layer from its "
                              "generated header");
 

@@ -44,25 +44,48 @@ TEST_CASE("each x86 variant of a multi-target library runs and matches the refer
     for (const attngen::Layer *layer : {&t_d64_all_masks_layer(), &t_mha_self_layer()}) {
         Problem problem(layer->info, 2, 19, 23, seed);
         std::vector<double> want = reference_attention(problem.reference());
+        // A first call on automatic dispatch, so that forcing has to work after it.
+        REQUIRE(run_problem(*layer, problem).status.ok());
         for (attngen::CpuVariant variant : {attngen::CpuVariant::avx512, attngen::CpuVariant::avx2,
                                             attngen::CpuVariant::baseline}) {
-            INFO("layer " << layer->info.name << ", variant " << attngen::cpu_variant_name(variant));
+            const std::string name = attngen::cpu_variant_name(variant);
+            INFO("layer " << layer->info.name << ", variant " << name);
             attngen::Status forced = attngen::force_cpu_variant(variant);
             if (!forced.ok()) {
                 // avx512 is compile-only on machines without it.
-                CHECK(forced.message() == std::string("attngen: cannot force CPU variant ") +
-                                              attngen::cpu_variant_name(variant) +
+                CHECK(forced.message() == "attngen: cannot force CPU variant " + name +
                                               ": this CPU does not support it");
-                WARN("skipping " << attngen::cpu_variant_name(variant) << ": " << forced.message());
+                WARN("skipping " << name << ": " << forced.message());
                 continue;
             }
             Outcome outcome = run_problem(*layer, problem);
             INFO(outcome.status.message());
             REQUIRE(outcome.status.ok());
             CHECK(attngen::last_cpu_variant() == variant);
+            const std::string target = attngen::last_target();
+            CHECK(target.find(variant == attngen::CpuVariant::baseline ? "sse41" : name) !=
+                  std::string::npos);
             CHECK(relative_error(outcome.values, want) <= tolerance_for(layer->info.dtype));
         }
     }
+}
+
+TEST_CASE("a layer with no variant the CPU may run is refused with its targets") {
+    AutomaticDispatchOnExit restore;
+    const attngen::Layer &full = t_d64_all_masks_layer();
+    REQUIRE(full.variant_count == 3);
+    // Only the avx2 variant, with dispatch forced to the baseline: nothing may run.
+    attngen::Layer avx2_only{full.info, full.metadata, &full.variants[1], 1};
+    REQUIRE(attngen::force_cpu_variant(attngen::CpuVariant::baseline).ok());
+    Problem problem(full.info, 1, 4, 5, test_seed(7));
+    OutputBuffer out(full.info.dtype, problem.out_elements());
+    const std::vector<float> before = out.values();
+    attngen::Status status = attngen::run(avx2_only, problem.arguments(out.data()));
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.message() == "attngen: layer 't_d64_all_masks' has no variant this CPU can run "
+                              "with CPU variant baseline; it has "
+                              "x86-64-linux-avx2-fma-f16c-user_context-no_runtime");
+    CHECK(out.values() == before);
 }
 
 TEST_CASE("calls from several threads at once match the same calls made one after another") {

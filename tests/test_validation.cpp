@@ -165,7 +165,7 @@ TEST_CASE("projection weights of the wrong shape are refused") {
 }
 
 TEST_CASE("a layer without entry points is refused") {
-    attngen::Layer empty{t_d64_all_masks_layer().info, nullptr, nullptr};
+    attngen::Layer empty{t_d64_all_masks_layer().info, nullptr, nullptr, 0};
     attngen::Arguments args;
     attngen::Status status = attngen::run(empty, args);
     REQUIRE_FALSE(status.ok());

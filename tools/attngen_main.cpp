@@ -5,10 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -16,20 +18,21 @@ constexpr int exit_ok = 0, exit_user_error = 1, exit_internal_error = 2;
 
 void print_usage(std::FILE *stream) {
     fmt::print(stream,
-               "usage: attngen header --name NAME -o FILE [key=value ...]\n"
+               "usage: attngen header --name NAME --targets T1,T2,... -o FILE [key=value ...]\n"
                "\n"
-               "Writes the typed C++ header of a generated attention layer. Keys: model_dim,\n"
-               "heads, kv_heads, head_dim, scale, dtype, projections, bias, cross, mask\n"
-               "(the generator's parameters; others, such as target or schedule, are ignored).\n");
+               "Writes the typed C++ header of a generated attention layer whose Halide library\n"
+               "was generated for the targets T1,T2,... (best first, as given to the generator).\n"
+               "Keys: model_dim, heads, kv_heads, head_dim, scale, dtype, projections, bias,\n"
+               "cross, mask (the generator's parameters; schedule is ignored).\n");
 }
 
 int write_header(int argc, char **argv) {
     std::map<std::string, std::string> params;
-    std::string output;
+    std::string output, target_list;
     for (int i = 2; i < argc; i++) {
         std::string arg = argv[i];
-        if ((arg == "--name" || arg == "-o") && i + 1 < argc) {
-            (arg == "--name" ? params["name"] : output) = argv[++i];
+        if ((arg == "--name" || arg == "-o" || arg == "--targets") && i + 1 < argc) {
+            (arg == "--name" ? params["name"] : arg == "-o" ? output : target_list) = argv[++i];
             continue;
         }
         if (arg == "--help" || arg == "-h") {
@@ -42,13 +45,24 @@ int write_header(int argc, char **argv) {
             return exit_user_error;
         }
         std::string key = arg.substr(0, equals);
-        if (key == "target" || key == "schedule")
+        if (key == "schedule")
             continue;
         params[key] = arg.substr(equals + 1);
     }
-    if (output.empty()) {
-        fmt::print(stderr, "attngen header: -o FILE is required\n");
+    if (output.empty() || target_list.empty()) {
+        fmt::print(stderr, "attngen header: -o FILE and --targets T1,T2,... are required\n");
         return exit_user_error;
+    }
+    std::vector<std::string> targets;
+    for (size_t start = 0; start <= target_list.size();) {
+        size_t comma = std::min(target_list.find(',', start), target_list.size());
+        std::string target = target_list.substr(start, comma - start);
+        if (target.empty()) {
+            fmt::print(stderr, "attngen header: empty target in '{}'\n", target_list);
+            return exit_user_error;
+        }
+        targets.push_back(target);
+        start = comma + 1;
     }
     std::vector<attngen::SpecError> errors;
     attngen::AttentionSpec spec = attngen::spec_from_params(params, errors);
@@ -60,7 +74,7 @@ int write_header(int argc, char **argv) {
         return exit_user_error;
     }
     std::ofstream file(output);
-    file << attngen::layer_header(spec);
+    file << attngen::layer_header(spec, targets);
     if (!file) {
         fmt::print(stderr, "attngen header: cannot write '{}'\n", output);
         return exit_internal_error;

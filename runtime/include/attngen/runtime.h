@@ -107,11 +107,26 @@ struct LayerInfo {
     bool additive;
 };
 
-/** A generated layer: its description and the Halide entry points behind it. */
+/** Which x86 code path a layer variant needs; baseline runs anywhere its target does. */
+enum class CpuVariant { automatic, avx512, avx2, baseline };
+
+/** One compiled variant of a layer: the Halide target, what it needs, and its entry point. */
+struct LayerVariant {
+    const char *target;
+    CpuVariant cpu;
+    int (*entry)(void **args); ///< arguments in metadata order, Halide's argv convention
+};
+
+/**
+ * A generated layer: its description, its argument metadata, and its variants, best first.
+ * The runtime picks the first variant the CPU supports (and force_cpu_variant allows) on every
+ * call; Halide's own multi-target wrapper caches its first choice, so it is not used.
+ */
 struct Layer {
     LayerInfo info;
-    int (*entry)(void **args);
     const halide_filter_metadata_t *(*metadata)();
+    const LayerVariant *variants;
+    int variant_count;
 };
 
 /**
@@ -129,18 +144,18 @@ Status validate(const Layer &layer, const Arguments &args);
 /** Worker threads for all layers (Halide's thread pool); 0 = one per core (1..1024 else). */
 Status set_num_threads(int threads);
 
-/** Which x86 code path the multi-target libraries may take. */
-enum class CpuVariant { automatic, avx512, avx2, baseline };
-
 /**
- * Restricts the CPU dispatch of multi-target libraries to `variant` or below (automatic = the
- * best the CPU supports). For testing each path and for working around a CPU problem. A
- * variant the CPU lacks is refused.
+ * Restricts the CPU dispatch of every layer to `variant` or below (automatic = the best the CPU
+ * supports), from the next call on. For testing each path and for working around a CPU
+ * problem. A variant the CPU lacks is refused.
  */
 Status force_cpu_variant(CpuVariant variant);
 
-/** The variant the last call on this thread dispatched to (automatic before any call). */
+/** The variant the last successful dispatch on this thread chose (automatic before any). */
 CpuVariant last_cpu_variant();
+
+/** The Halide target of that variant ("" before any call). */
+const char *last_target();
 
 const char *cpu_variant_name(CpuVariant variant);
 
