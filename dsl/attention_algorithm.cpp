@@ -1,6 +1,6 @@
-// Builds the attention algorithm from a spec. Reads of sequence positions are clamped to the
-// valid range, so schedules may round tiles up without reading outside the caller's buffers;
-// clamped positions only ever feed values that the reductions below do not consume.
+// Builds the attention algorithm from a spec. Reads of sequence positions that a schedule may
+// round a tile past are clamped to the valid range, so over-computed tiles never read outside
+// the caller's buffers; clamped positions only feed values no reduction consumes.
 #include "attention_algorithm.h"
 
 #include <limits>
@@ -85,7 +85,8 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     } else {
         s.q_heads(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b)) * scale;
         s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
-        s.v_heads(d, k, h, b) = f32(in.value(d, Halide::clamp(k, 0, last_key), h, b));
+        // Values are only read by the exact key reduction of P·V: no clamp needed.
+        s.v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
     }
 
     // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.

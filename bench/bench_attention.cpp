@@ -1,0 +1,479 @@
+// Benchmarks the generated self-attention layers against the plain way people write attention
+// on a CPU: OpenBLAS sgemm for the scores, a numerically stable row softmax, sgemm for P·V.
+// Both run with the same number of threads. Every row also checks that the two agree; the
+// program exits non-zero when a layer fails or disagrees.
+#include "bench_d128.h"
+#include "bench_d128_causal.h"
+#include "bench_d64.h"
+#include "bench_d64_causal.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned seed = 20240611;
+constexpr int64_t batch = 1;
+constexpr int64_t lengths[] = {128, 512, 1024, 2048, 4096};
+constexpr int64_t longest = lengths[std::size(lengths) - 1];
+constexpr double relative_tolerance = 1e-4, absolute_tolerance = 1e-5;
+constexpr double slow_run_ms = 1000; // once a run takes longer, three timed runs are enough
+constexpr int slow_runs = 3;
+// OpenBLAS's idle workers spin for about 0.1 s after each call (2^28 cycles by default) before
+// they sleep; attngen is timed only after they have, so that they do not take its cores.
+constexpr std::chrono::milliseconds blas_idle_spin{250};
+
+struct Options {
+    int threads = 2;
+    int64_t max_len = longest;
+    int runs = 5;
+};
+
+void print_usage() {
+    fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--help]\n"
+               "  --threads N  worker threads of attngen and of OpenBLAS (default 2)\n"
+               "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
+               "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
+               "               {} once a run takes over {:.0f} s)\n",
+               longest, slow_runs, slow_run_ms / 1000);
+}
+
+/** `text` as an integer in [low, high], or nullopt after saying on stderr what is wrong. */
+std::optional<int64_t> parse_integer(const std::string &option, const std::string &text,
+                                     int64_t low, int64_t high) {
+    int64_t value = 0;
+    const char *end = text.data() + text.size();
+    auto [stop, error] = std::from_chars(text.data(), end, value);
+    if (error == std::errc() && stop == end && value >= low && value <= high)
+        return value;
+    fmt::print(stderr, "bench_attention: {} must be an integer in [{}, {}], got '{}'\n", option,
+               low, high, text);
+    return std::nullopt;
+}
+
+/** The options, or nullopt after printing why they are wrong; `help` is set by --help. */
+std::optional<Options> parse_options(int argc, char **argv, bool &help) {
+    Options options;
+    for (int i = 1; i < argc; i++) {
+        const std::string option = argv[i];
+        if (option == "--help" || option == "-h") {
+            help = true;
+            return std::nullopt;
+        }
+        if (option != "--threads" && option != "--max-len" && option != "--runs") {
+            fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
+            return std::nullopt;
+        }
+        if (i + 1 == argc) {
+            fmt::print(stderr, "bench_attention: {} needs a value (see --help)\n", option);
+            return std::nullopt;
+        }
+        const std::string text = argv[++i];
+        std::optional<int64_t> value;
+        if (option == "--threads") {
+            if ((value = parse_integer(option, text, 1, 1024)))
+                options.threads = static_cast<int>(*value);
+        } else if (option == "--max-len") {
+            // Below the shortest length nothing would run.
+            if ((value = parse_integer(option, text, lengths[0], std::numeric_limits<int>::max())))
+                options.max_len = *value;
+        } else if ((value = parse_integer(option, text, 1, 1000))) {
+            options.runs = static_cast<int>(*value);
+        }
+        if (!value)
+            return std::nullopt;
+    }
+    return options;
+}
+
+std::string cpu_model() {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("model name", 0) != 0)
+            continue;
+        size_t colon = line.find(':');
+        if (colon == std::string::npos)
+            continue;
+        size_t start = line.find_first_not_of(" \t", colon + 1);
+        if (start != std::string::npos)
+            return line.substr(start);
+    }
+    return "unknown";
+}
+
+/** Uniform values in [-1, 1], drawn in order from `rng`. */
+std::vector<float> random_tensor(std::mt19937 &rng, int64_t size) {
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> values(static_cast<size_t>(size));
+    for (float &value : values)
+        value = uniform(rng);
+    return values;
+}
+
+/**
+ * A fixed team of `size` threads, the caller and size - 1 workers made once, that runs one job
+ * at a time: run(job) calls job(0) on the calling thread and job(1) ... job(size - 1) on the
+ * workers, and returns once all have returned. Idle workers sleep on a condition variable, so
+ * that they take no cores from attngen or OpenBLAS between jobs; the caller, once done with its
+ * own part, waits for theirs by yielding rather than sleeping, since its own sleep and wake-up
+ * would add tens of microseconds to every job.
+ */
+class WorkerPool {
+public:
+    explicit WorkerPool(int size) : size_(size) {
+        for (int index = 1; index < size; index++)
+            workers_.emplace_back([this, index] { work(index); });
+    }
+    WorkerPool(const WorkerPool &) = delete;
+    WorkerPool &operator=(const WorkerPool &) = delete;
+    ~WorkerPool() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        for (std::thread &worker : workers_)
+            worker.join();
+    }
+
+    int size() const { return size_; }
+
+    /** Calls job(index) for every index in [0, size()), concurrently; job must not throw. */
+    void run(const std::function<void(int)> &job) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            job_ = &job;
+            busy_.store(size_ - 1, std::memory_order_relaxed);
+            generation_++;
+        }
+        wake_.notify_all();
+        job(0);
+        while (busy_.load(std::memory_order_acquire) != 0)
+            std::this_thread::yield();
+    }
+
+private:
+    void work(int index) {
+        uint64_t seen = 0;
+        for (;;) {
+            const std::function<void(int)> *job;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+                if (stopping_)
+                    return;
+                seen = generation_;
+                job = job_;
+            }
+            (*job)(index);
+            busy_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+
+    const int size_;
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    const std::function<void(int)> *job_ = nullptr; ///< guarded by mutex_, like the two below
+    uint64_t generation_ = 0;                        ///< how many jobs have been started
+    bool stopping_ = false;
+    std::atomic<int> busy_{0}; ///< workers still running the current job
+};
+
+/**
+ * The numerically stable softmax of one row of `length` scores, in place, in separate passes
+ * over the contiguous row so that the compiler can vectorize all but std::exp, which stays a
+ * scalar call. Without -ffast-math it may not reorder one float accumulator, so the max and the
+ * sum keep `lanes` partial results: the sum and the scaling vectorize with GCC and Clang, the
+ * max with Clang (GCC 12 leaves it as `lanes` independent scalar chains). Only the order of
+ * the sum differs from a plain left-to-right loop.
+ */
+void softmax_row(float *score, int64_t length) {
+    constexpr int64_t lanes = 16;
+    const int64_t whole = length - length % lanes;
+    float lane_max[lanes];
+    std::fill(std::begin(lane_max), std::end(lane_max), -std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < whole; j += lanes)
+        for (int64_t k = 0; k < lanes; k++)
+            lane_max[k] = std::max(lane_max[k], score[j + k]);
+    float row_max = *std::max_element(std::begin(lane_max), std::end(lane_max));
+    for (int64_t j = whole; j < length; j++)
+        row_max = std::max(row_max, score[j]);
+
+    for (int64_t j = 0; j < length; j++)
+        score[j] = std::exp(score[j] - row_max);
+
+    float lane_sum[lanes] = {};
+    for (int64_t j = 0; j < whole; j += lanes)
+        for (int64_t k = 0; k < lanes; k++)
+            lane_sum[k] += score[j + k];
+    float row_sum = 0;
+    for (float sum : lane_sum)
+        row_sum += sum;
+    for (int64_t j = whole; j < length; j++)
+        row_sum += score[j];
+
+    const float inverse_sum = 1.0f / row_sum;
+    for (int64_t j = 0; j < length; j++)
+        score[j] *= inverse_sum;
+}
+
+/**
+ * The peer, written the way people write it: per (batch, head), S = scale·Q·Kᵀ with sgemm
+ * (the full matrix, even when causal), masked keys set to -inf, a stable softmax per row, and
+ * O = P·V with sgemm. Tensors are (B, H, L, D) row-major; `scores` holds one head's L x L.
+ * The sgemms run on OpenBLAS's threads; the softmax of each head splits its rows into one
+ * contiguous chunk per thread of `pool`, which has as many.
+ */
+void blas_attention(const attngen::LayerInfo &info, int64_t length, const float *query,
+                    const float *key, const float *value, float *out, std::vector<float> &scores,
+                    WorkerPool &pool) {
+    const int64_t query_len = length, key_len = length, dim = info.head_dim;
+    const int64_t head_size = length * dim;
+    const int64_t chunks = pool.size();
+    const std::function<void(int)> softmax_rows = [&](int chunk) {
+        const int64_t first = query_len * chunk / chunks, last = query_len * (chunk + 1) / chunks;
+        for (int64_t row = first; row < last; row++) {
+            float *score = scores.data() + row * key_len;
+            if (info.causal) // key j is visible to query i iff j <= i + (Lk - Lq)
+                std::fill(score + row + (key_len - query_len) + 1, score + key_len,
+                          -std::numeric_limits<float>::infinity());
+            softmax_row(score, key_len);
+        }
+    };
+    for (int64_t head = 0; head < batch * info.heads; head++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, query_len, key_len, dim,
+                    static_cast<float>(info.scale), query + head * head_size, dim,
+                    key + head * head_size, dim, 0.0f, scores.data(), key_len);
+        pool.run(softmax_rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, query_len, dim, key_len, 1.0f,
+                    scores.data(), key_len, value + head * head_size, dim, 0.0f,
+                    out + head * head_size, dim);
+    }
+}
+
+/** Median wall time in ms of `runs` calls of `call`, or of fewer once a call is slow. */
+template <typename Call> double median_ms(const Call &call, int runs) {
+    std::vector<double> times;
+    int planned = runs;
+    while (static_cast<int>(times.size()) < planned) {
+        Clock::time_point start = Clock::now();
+        call();
+        times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        if (times.back() > slow_run_ms)
+            planned = std::min(runs, slow_runs);
+    }
+    std::sort(times.begin(), times.end());
+    size_t middle = times.size() / 2;
+    return times.size() % 2 ? times[middle] : (times[middle - 1] + times[middle]) / 2;
+}
+
+/** The largest |actual - expected|, or NaN if any difference is NaN. */
+double max_abs_diff(const std::vector<float> &actual, const std::vector<float> &expected) {
+    double worst = 0;
+    for (size_t i = 0; i < actual.size(); i++) {
+        double diff = std::fabs(double(actual[i]) - double(expected[i]));
+        if (std::isnan(diff))
+            return diff;
+        worst = std::max(worst, diff);
+    }
+    return worst;
+}
+
+double max_abs(const std::vector<float> &values) {
+    double largest = 0;
+    for (float value : values)
+        largest = std::max(largest, std::fabs(double(value)));
+    return largest;
+}
+
+/** One row of the table; attngen_ms is NaN when the layer failed. */
+struct RowResult {
+    double attngen_ms = std::numeric_limits<double>::quiet_NaN();
+    double blas_ms = 0;
+    const char *check = "ok";                                       ///< ok, MISMATCH or ERROR
+    attngen::CpuVariant code_path = attngen::CpuVariant::automatic; ///< of the warm-up call
+};
+
+/**
+ * Times `layer` and then the peer on fresh random inputs, each after one warm-up run, and
+ * compares their outputs. Problems are described on stderr and marked in `check`.
+ */
+RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
+    const attngen::LayerInfo &info = layer.info;
+    const int64_t heads = info.heads, dim = info.head_dim;
+    const int64_t size = batch * heads * length * dim;
+    std::mt19937 rng(seed); // every row is reproducible on its own
+    const std::vector<float> query = random_tensor(rng, size);
+    const std::vector<float> key = random_tensor(rng, size);
+    const std::vector<float> value = random_tensor(rng, size);
+    std::vector<float> out(static_cast<size_t>(size)), reference(out.size());
+    std::vector<float> scores(static_cast<size_t>(length * length));
+
+    attngen::Arguments args;
+    args.query = attngen::view(query.data(), {batch, heads, length, dim});
+    args.key = attngen::view(key.data(), {batch, heads, length, dim});
+    args.value = attngen::view(value.data(), {batch, heads, length, dim});
+    args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
+    attngen::Status status;
+    auto run_attngen = [&] {
+        attngen::Status result = attngen::run(layer, args);
+        if (!result && status)
+            status = result;
+    };
+    auto run_blas = [&] {
+        blas_attention(info, length, query.data(), key.data(), value.data(), reference.data(),
+                       scores, pool);
+    };
+
+    RowResult row;
+    std::this_thread::sleep_for(blas_idle_spin);
+    run_attngen();
+    row.code_path = attngen::last_cpu_variant();
+    if (status)
+        row.attngen_ms = median_ms(run_attngen, runs);
+    run_blas();
+    row.blas_ms = median_ms(run_blas, runs);
+
+    if (!status) {
+        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", info.name, length,
+                   status.message());
+        row.attngen_ms = std::numeric_limits<double>::quiet_NaN();
+        row.check = "ERROR";
+        return row;
+    }
+    // Both are deterministic, so the outputs of their last runs are those of every run.
+    const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
+    const double diff = max_abs_diff(out, reference);
+    if (!(diff <= limit)) {
+        fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - BLAS| = {:g} > {:g}\n",
+                   info.name, length, diff, limit);
+        row.check = "MISMATCH";
+    }
+    return row;
+}
+
+/** `value` right-aligned in `width` columns with `decimals` digits, or "-" for NaN. */
+std::string column(double value, int width, int decimals, const char *suffix = "") {
+    if (std::isnan(value))
+        return fmt::format("{:>{}}", "-", width);
+    return fmt::format("{:>{}.{}f}{}", value, width - static_cast<int>(std::strlen(suffix)),
+                       decimals, suffix);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    // OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads, before main. Unset, its idle worker
+    // spins for ~0.1 s after every sgemm on a core the peer's own softmax needs; re-run once
+    // with the shortest timeout so that the peer is measured at its best.
+    if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+        execv("/proc/self/exe", argv);
+        fmt::print(stderr, "bench_attention: could not re-run with OPENBLAS_THREAD_TIMEOUT=4: {}; "
+                           "measuring with OpenBLAS's default\n",
+                   std::strerror(errno));
+    }
+
+    bool help = false;
+    std::optional<Options> parsed = parse_options(argc, argv, help);
+    if (help) {
+        print_usage();
+        return 0;
+    }
+    if (!parsed)
+        return 1;
+    const Options options = *parsed;
+
+    if (attngen::Status status = attngen::set_num_threads(options.threads); !status) {
+        fmt::print(stderr, "bench_attention: {}\n", status.message());
+        return 1;
+    }
+    openblas_set_num_threads(options.threads);
+    if (openblas_get_num_threads() != options.threads) {
+        fmt::print(stderr, "bench_attention: --threads {} but OpenBLAS runs at most {} threads\n",
+                   options.threads, openblas_get_num_threads());
+        return 1;
+    }
+
+    WorkerPool softmax_pool(options.threads); // the peer's softmax, as many threads as OpenBLAS
+
+    const attngen::Layer *layers[] = {&bench_d64_layer(), &bench_d64_causal_layer(),
+                                      &bench_d128_layer(), &bench_d128_causal_layer()};
+
+    fmt::print("attngen vs OpenBLAS sgemm + softmax + sgemm: threads {}, seed {}, CPU {}\n",
+               options.threads, seed, cpu_model());
+    fmt::print("f32, B={}, H={}, Lq = Lk = L; median of {} run{} after a warm-up", batch,
+               layers[0]->info.heads, options.runs, options.runs == 1 ? "" : "s");
+    if (options.runs > slow_runs)
+        fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
+    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; ratio = BLAS ms / attngen ms\n"
+               "check: max|attngen - BLAS| <= {:g} * max|BLAS| + {:g}\n\n",
+               relative_tolerance, absolute_tolerance);
+    const std::string header =
+        fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>10} | {:>7} | {:>6} | {}", "D",
+                    "mask", "L", "attngen ms", "GFLOP/s", "BLAS ms", "GFLOP/s", "ratio", "check");
+    fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
+    std::fflush(stdout);
+
+    int failures = 0;
+    // The runtime picks a layer's code path on every call; report the first row's.
+    std::optional<attngen::CpuVariant> code_path;
+    for (const attngen::Layer *layer : layers) {
+        const attngen::LayerInfo &info = layer->info;
+        for (int64_t length : lengths) {
+            if (length > options.max_len)
+                continue;
+            RowResult row = measure(*layer, length, options.runs, softmax_pool);
+            if (!code_path)
+                code_path = row.code_path;
+            if (std::strcmp(row.check, "ok") != 0)
+                failures++;
+            const double flops = 4.0 * double(batch * info.heads * length * length) *
+                                 info.head_dim * (info.causal ? 0.5 : 1.0);
+            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {} | {} | {}\n", info.head_dim,
+                       info.causal ? "causal" : "none", length, column(row.attngen_ms, 10, 3),
+                       column(flops / row.attngen_ms * 1e-6, 7, 1), column(row.blas_ms, 10, 3),
+                       column(flops / row.blas_ms * 1e-6, 7, 1),
+                       column(row.blas_ms / row.attngen_ms, 6, 2, "x"), row.check);
+            std::fflush(stdout);
+        }
+    }
+
+    fmt::print("\nattngen code path: {}; OpenBLAS core: {} ({})\n",
+               attngen::cpu_variant_name(code_path.value_or(attngen::CpuVariant::automatic)),
+               openblas_get_corename(), openblas_get_config());
+    if (failures > 0) {
+        fmt::print(stderr, "bench_attention: {} row(s) failed or disagreed with OpenBLAS\n",
+                   failures);
+        return 1;
+    }
+    return 0;
+}
