@@ -1,6 +1,8 @@
 // Validation and text forms of AttentionSpec.
 #include "attention_spec.h"
 
+#include "expression_check.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -140,6 +142,10 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     }
     if (spec.mask.window < 0)
         fail("mask", "window must be positive, got " + std::to_string(spec.mask.window));
+
+    // The declared run-time inputs, score_mod and the mask predicates.
+    for (const LayerExprError &error : check_layer_expressions(spec))
+        fail(error.field, error.message);
     return errors;
 }
 

@@ -2,6 +2,8 @@
 // (algorithm, schedules, generators, the typed header) reads. No Halide here.
 #pragma once
 
+#include "expression.h"
+
 #include <map>
 #include <optional>
 #include <string>
@@ -40,6 +42,17 @@ struct AttentionSpec {
     Projections projections;
     bool cross_attention = false; ///< with projections: keys/values come from a second input
     MaskSpec mask;
+
+    /**
+     * Applied to each scaled score (after an additive mask's bias, before the other masks):
+     * an expression of score, b, h, q, k and the declared tensors and scalars. Null = none.
+     */
+    ModExprPtr score_mod;
+    /** Custom masks: key k is visible to query q only where every predicate holds. */
+    std::vector<ModExprPtr> mask_predicates;
+    /** Run-time inputs the expressions read, passed by name at run time. */
+    std::vector<RuntimeTensor> tensors;
+    std::vector<RuntimeScalar> scalars;
 
     int resolved_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
     int resolved_head_dim() const;
