@@ -2,6 +2,7 @@
 // round a tile past are clamped to the valid range, so over-computed tiles never read outside
 // the caller's buffers; clamped positions only feed values no reduction consumes.
 #include "attention_algorithm.h"
+#include "expression_lowering.h"
 
 #include <limits>
 
@@ -24,13 +25,33 @@ Halide::Type storage_type(DType dtype) {
     return Halide::Float(32);
 }
 
+Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argument) {
+    if (argument.is_int32)
+        return Halide::Int(32);
+    return argument.is_declared ? Halide::Float(32) : storage_type(spec.dtype);
+}
+
 namespace {
 
 Expr f32(const Expr &value) { return Halide::cast<float>(value); }
 
-/** The masks of the spec as one predicate: is key k visible to query q of batch b? */
-Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
-                 const Expr &q, const Expr &b) {
+/** The spec's expressions see the indices and the run-time tensors and scalars. */
+LoweringContext lowering_context(const AttentionInputs &in, const Expr &k, const Expr &q,
+                                 const Expr &h, const Expr &b) {
+    LoweringContext context;
+    context.b = b;
+    context.h = h;
+    context.q = q;
+    context.k = k;
+    context.tensors = in.tensors;
+    context.tensor_extents = in.tensor_extents;
+    context.scalars = in.scalars;
+    return context;
+}
+
+/** The masks of the spec as one predicate: is key k visible to query q of head h, batch b? */
+Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k, const Expr &q,
+                 const Expr &h, const Expr &b) {
     Expr visible = Halide::Internal::const_true();
     // Query q sits at key position q + (Lk - Lq): the last query sees the last key.
     Expr aligned_q = q + (in.key_len - in.query_len);
@@ -40,6 +61,8 @@ Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Exp
         visible = visible && Halide::abs(k - aligned_q) < spec.mask.window;
     if (spec.mask.key_padding)
         visible = visible && k < in.key_lengths(b);
+    for (const ModExprPtr &predicate : spec.mask_predicates)
+        visible = visible && lower_expression(*predicate, lowering_context(in, k, q, h, b));
     return visible;
 }
 
@@ -101,15 +124,24 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     const float lowest = std::numeric_limits<float>::lowest();
     const float masked_cutoff = lowest / 2;
     Expr score = s.scores(k, q, h, b);
-    if (spec.mask.additive)
-        score += Halide::max(f32(in.attn_bias(Halide::clamp(k, 0, last_key),
-                                              Halide::clamp(q, 0, last_query), h, b)),
-                             lowest);
+    Expr visible = key_visible(spec, in, k, q, h, b);
+    if (spec.mask.additive) {
+        Expr bias = Halide::max(
+            f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
+            lowest);
+        score += bias;
+        // A -inf bias masks even when a score_mod would make something finite of it.
+        visible = visible && bias > masked_cutoff;
+    }
+    if (spec.score_mod) {
+        LoweringContext context = lowering_context(in, k, q, h, b);
+        context.score = score;
+        score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
+    }
     // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
     // bounds inference from trimming the scores' region by the mask condition, which would
     // make a tile's region depend on the mask instead of the tile.
-    s.masked(k, q, h, b) =
-        Halide::max(score + Halide::select(key_visible(spec, in, k, q, b), 0.0f, lowest), lowest);
+    s.masked(k, q, h, b) = Halide::max(score + Halide::select(visible, 0.0f, lowest), lowest);
 
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN.

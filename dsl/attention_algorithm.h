@@ -2,8 +2,13 @@
 #pragma once
 
 #include "attention_spec.h"
+#include "layer_interface.h"
 
 #include "Halide.h"
+
+#include <map>
+#include <string>
+#include <vector>
 
 namespace attngen {
 
@@ -24,6 +29,10 @@ struct AttentionInputs {
     Halide::Func bq, bk, bv, bo;
     Halide::Func key_lengths, attn_bias;
     Halide::Expr query_len, key_len;
+    /** The spec's declared run-time tensors (Halide order, with extents) and scalars. */
+    std::map<std::string, Halide::Func> tensors;
+    std::map<std::string, std::vector<Halide::Expr>> tensor_extents;
+    std::map<std::string, Halide::Expr> scalars;
 };
 
 /**
@@ -68,5 +77,8 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
 
 /** The Halide type of the spec's storage. */
 Halide::Type storage_type(DType dtype);
+
+/** The Halide type of an entry argument: i32, f32 for declared tensors/scalars, else storage. */
+Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argument);
 
 } // namespace attngen

@@ -3,47 +3,70 @@
 
 namespace attngen {
 
-std::vector<BufferArgument> layer_arguments(const AttentionSpec &spec) {
+std::vector<TensorDim> entry_dims(const AttentionSpec &spec, const RuntimeTensor &tensor) {
+    std::vector<TensorDim> dims;
+    for (auto dim = tensor.dims.rbegin(); dim != tensor.dims.rend(); ++dim) {
+        int fixed = dim->symbol == TensorDim::Symbol::heads      ? spec.heads
+                    : dim->symbol == TensorDim::Symbol::kv_heads ? spec.resolved_kv_heads()
+                    : dim->symbol == TensorDim::Symbol::head_dim ? spec.resolved_head_dim()
+                                                                 : 0;
+        dims.push_back(fixed > 0 ? TensorDim{TensorDim::Symbol::fixed, fixed} : *dim);
+    }
+    return dims;
+}
+
+std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
     const int dim = spec.resolved_head_dim();
     const int heads = spec.heads;
     const int kv = spec.resolved_kv_heads();
     const int width = spec.resolved_model_dim();
     const Projections &proj = spec.projections;
 
-    std::vector<BufferArgument> args;
-    auto add = [&](const char *name, std::vector<int> extents) {
-        args.push_back({name, false, false, std::move(extents)});
+    using Kind = EntryArgument::Kind;
+    using Symbol = TensorDim::Symbol;
+    const TensorDim batch{Symbol::batch, 0}, queries{Symbol::queries, 0}, keys{Symbol::keys, 0};
+    auto fixed = [](int extent) { return TensorDim{Symbol::fixed, extent}; };
+    std::vector<EntryArgument> args;
+    auto add = [&](const char *name, std::vector<TensorDim> dims) {
+        args.push_back({name, Kind::buffer, false, false, std::move(dims)});
     };
     if (proj.any()) {
-        add("x", {width, -1, -1});
+        // In self-attention the keys are x's own positions: x's length is both Lq and Lk.
+        add("x", {fixed(width), queries, batch});
         if (spec.cross_attention)
-            add("context", {width, -1, -1});
-        add("wq", {width, heads * dim});
-        add("wk", {width, kv * dim});
-        add("wv", {width, kv * dim});
+            add("context", {fixed(width), keys, batch});
+        add("wq", {fixed(width), fixed(heads * dim)});
+        add("wk", {fixed(width), fixed(kv * dim)});
+        add("wv", {fixed(width), fixed(kv * dim)});
         if (proj.bias) {
-            add("bq", {heads * dim});
-            add("bk", {kv * dim});
-            add("bv", {kv * dim});
+            add("bq", {fixed(heads * dim)});
+            add("bk", {fixed(kv * dim)});
+            add("bv", {fixed(kv * dim)});
         }
         if (proj.out) {
-            add("wo", {heads * dim, width});
+            add("wo", {fixed(heads * dim), fixed(width)});
             if (proj.bias)
-                add("bo", {width});
+                add("bo", {fixed(width)});
         }
     } else {
-        add("query", {dim, -1, heads, -1});
-        add("key", {dim, -1, kv, -1});
-        add("value", {dim, -1, kv, -1});
+        add("query", {fixed(dim), queries, fixed(heads), batch});
+        add("key", {fixed(dim), keys, fixed(kv), batch});
+        add("value", {fixed(dim), keys, fixed(kv), batch});
     }
     if (spec.mask.key_padding)
-        args.push_back({"key_lengths", true, false, {-1}});
+        args.push_back({"key_lengths", Kind::buffer, true, false, {batch}});
     if (spec.mask.additive)
-        add("attn_bias", {-1, -1, heads, -1});
+        add("attn_bias", {keys, queries, fixed(heads), batch});
+    for (const RuntimeTensor &tensor : spec.tensors)
+        args.push_back(
+            {tensor.name, Kind::buffer, tensor.is_int32, true, entry_dims(spec, tensor)});
+    for (const RuntimeScalar &scalar : spec.scalars)
+        args.push_back({scalar.name, Kind::scalar, scalar.is_int32, true, {}});
     if (proj.out)
-        args.push_back({"out", false, true, {width, -1, -1}});
+        args.push_back({"out", Kind::output, false, false, {fixed(width), queries, batch}});
     else
-        args.push_back({"out", false, true, {dim, -1, heads, -1}});
+        args.push_back(
+            {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
     return args;
 }
 

@@ -9,18 +9,28 @@
 
 namespace attngen {
 
-/** One buffer argument. Extents are in Halide order (innermost first); -1 is a run-time size. */
-struct BufferArgument {
+/** One argument. Its dims are in Halide order (innermost first). */
+struct EntryArgument {
+    enum class Kind {
+        buffer, ///< an input tensor
+        scalar, ///< an input scalar (a declared run-time scalar)
+        output, ///< the last argument, and the only output
+    };
     std::string name;
-    bool is_int32 = false;  ///< else the spec's storage type
-    bool is_output = false; ///< the last argument, and the only output
-    std::vector<int> extents;
+    Kind kind = Kind::buffer;
+    bool is_int32 = false; ///< else float: the spec's storage type, or f32 for declared tensors
+    bool is_declared = false; ///< a tensor or scalar the spec's expressions declared
+    /** Fixed extents (symbol fixed), or the call's batch, queries or keys (never the others). */
+    std::vector<TensorDim> dims;
 };
 
 /**
- * The entry point's buffer arguments for a valid spec, in call order (after the user_context):
- * the inputs as DESIGN.md "Data layout" names them, then `out`.
+ * The entry point's arguments for a valid spec, in call order (after the user_context): the
+ * inputs as DESIGN.md "Data layout" names them, the declared tensors and scalars, then `out`.
  */
-std::vector<BufferArgument> layer_arguments(const AttentionSpec &spec);
+std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec);
+
+/** A declared tensor's dims in Halide order, with heads, kv_heads and head_dim made fixed. */
+std::vector<TensorDim> entry_dims(const AttentionSpec &spec, const RuntimeTensor &tensor);
 
 } // namespace attngen

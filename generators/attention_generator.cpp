@@ -5,6 +5,8 @@
 #include "dsl/attention_algorithm.h"
 #include "dsl/attention_spec.h"
 #include "dsl/layer_interface.h"
+#include "generators/bind_inputs.h"
+#include "generators/layer_source.h"
 #include "schedules/schedule.h"
 
 #include "Halide.h"
@@ -30,40 +32,53 @@ public:
     GeneratorParam<bool> bias{"bias", false};
     GeneratorParam<bool> cross{"cross", false};
     GeneratorParam<std::string> mask{"mask", "none"};
+    /** Alternatively, a .attn file and the layer of it to generate (the keys above unset). */
+    GeneratorParam<std::string> spec_file{"spec", ""};
+    GeneratorParam<std::string> layer{"layer", ""};
     /** auto (by target), reference or x86. */
     GeneratorParam<std::string> schedule_name{"schedule", "auto"};
 
     void configure() {
-        std::vector<SpecError> errors;
-        spec_ = spec_from_params({{"model_dim", std::to_string(int(model_dim))},
-                                  {"heads", std::to_string(int(heads))},
-                                  {"kv_heads", std::to_string(int(kv_heads))},
-                                  {"head_dim", std::to_string(int(head_dim))},
-                                  {"scale", scale},
-                                  {"dtype", dtype},
-                                  {"projections", projections},
-                                  {"bias", bias ? "true" : "false"},
-                                  {"cross", cross ? "true" : "false"},
-                                  {"mask", mask}},
-                                 errors);
-        if (errors.empty())
-            errors = check_spec(spec_);
-        if (!errors.empty())
-            fail("invalid attention layer:\n" + describe_errors(errors));
+        std::map<std::string, std::string> params;
+        if (!std::string(spec_file).empty()) {
+            params = {{"spec", spec_file}};
+            if (!std::string(layer).empty())
+                params["layer"] = layer;
+        } else {
+            params = {{"model_dim", std::to_string(int(model_dim))},
+                      {"heads", std::to_string(int(heads))},
+                      {"kv_heads", std::to_string(int(kv_heads))},
+                      {"head_dim", std::to_string(int(head_dim))},
+                      {"scale", scale},
+                      {"dtype", dtype},
+                      {"projections", projections},
+                      {"bias", bias ? "true" : "false"},
+                      {"cross", cross ? "true" : "false"},
+                      {"mask", mask}};
+        }
+        LayerSource source = load_layer(params);
+        if (!source.spec)
+            fail(source.errors);
+        spec_ = *source.spec;
         if (!is_schedule_name(schedule_name))
             fail("schedule must be auto, reference or x86, got '" +
                  std::string(schedule_name) + "'");
 
-        const Halide::Type stored = storage_type(spec_.dtype);
-        for (const BufferArgument &arg : layer_arguments(spec_)) {
-            const Halide::Type type = arg.is_int32 ? Halide::Int(32) : stored;
-            const int dims = static_cast<int>(arg.extents.size());
-            if (arg.is_output) {
+        for (const EntryArgument &arg : layer_arguments(spec_)) {
+            const Halide::Type type = argument_type(spec_, arg);
+            const int dims = static_cast<int>(arg.dims.size());
+            switch (arg.kind) {
+            case EntryArgument::Kind::output:
                 out_ = add_output<Buffer<>>(arg.name, type, dims);
-                out_extents_ = arg.extents;
-                continue;
+                out_dims_ = arg.dims;
+                break;
+            case EntryArgument::Kind::scalar:
+                scalars_[arg.name] = add_input<Halide::Expr>(arg.name, type);
+                break;
+            case EntryArgument::Kind::buffer:
+                inputs_[arg.name] = {add_input<Buffer<>>(arg.name, type, dims), arg.dims};
+                break;
             }
-            inputs_[arg.name] = {add_input<Buffer<>>(arg.name, type, dims), arg.extents};
         }
     }
 
@@ -72,30 +87,19 @@ public:
         for (auto &entry : inputs_)
             constrain(*entry.second.first, entry.second.second);
 
-        AttentionInputs in;
-        in.query = input("query");
-        in.key = input("key");
-        in.value = input("value");
-        in.x = input("x");
-        in.context = input("context");
-        in.wq = input("wq");
-        in.wk = input("wk");
-        in.wv = input("wv");
-        in.wo = input("wo");
-        in.bq = input("bq");
-        in.bk = input("bk");
-        in.bv = input("bv");
-        in.bo = input("bo");
-        in.key_lengths = input("key_lengths");
-        in.attn_bias = input("attn_bias");
-        const char *queries = spec_.projections.any() ? "x" : "query";
-        const char *keys = spec_.projections.any() ? (spec_.cross_attention ? "context" : "x")
-                                                   : "key";
-        in.query_len = inputs_.at(queries).first->dim(1).extent();
-        in.key_len = inputs_.at(keys).first->dim(1).extent();
+        BoundArguments bound;
+        for (auto &entry : inputs_) {
+            GeneratorInput<Buffer<>> &input = *entry.second.first;
+            bound.buffers[entry.first] = Func(input);
+            for (int i = 0; i < input.dimensions(); i++)
+                bound.extents[entry.first].push_back(input.dim(i).extent());
+        }
+        for (const auto &entry : scalars_)
+            bound.scalars[entry.first] = *entry.second;
+        AttentionInputs in = bind_inputs(spec_, bound);
 
         stages_ = build_attention(spec_, in, *out_);
-        constrain(*out_, out_extents_);
+        constrain(*out_, out_dims_);
     }
 
     void schedule() {
@@ -110,26 +114,21 @@ private:
         throw Halide::CompileError("attngen: " + message);
     }
 
-    /** The input's Func, or an undefined Func when the spec has no such input. */
-    Func input(const std::string &name) const {
-        auto found = inputs_.find(name);
-        return found == inputs_.end() ? Func() : Func(*found->second.first);
-    }
-
     template <typename Argument>
-    static void constrain(Argument &argument, const std::vector<int> &extents) {
-        for (size_t i = 0; i < extents.size(); i++) {
+    static void constrain(Argument &argument, const std::vector<TensorDim> &dims) {
+        for (size_t i = 0; i < dims.size(); i++) {
             argument.dim(i).set_min(0);
-            if (extents[i] > 0)
-                argument.dim(i).set_extent(extents[i]);
+            if (dims[i].symbol == TensorDim::Symbol::fixed)
+                argument.dim(i).set_extent(dims[i].extent);
         }
     }
 
     AttentionSpec spec_;
     AttentionStages stages_;
-    std::map<std::string, std::pair<GeneratorInput<Buffer<>> *, std::vector<int>>> inputs_;
+    std::map<std::string, std::pair<GeneratorInput<Buffer<>> *, std::vector<TensorDim>>> inputs_;
+    std::map<std::string, GeneratorInput<Halide::Expr> *> scalars_;
     GeneratorOutput<Buffer<>> *out_ = nullptr;
-    std::vector<int> out_extents_;
+    std::vector<TensorDim> out_dims_;
 };
 
 } // namespace attngen

@@ -21,7 +21,70 @@ const char *runtime_dtype(DType dtype) {
     return "attngen::DType::f32";
 }
 
-const char *boolean(bool value) { return value ? "true" : "false"; }
+const char *cpp_bool(bool value) { return value ? "true" : "false"; }
+
+/** A C++ string literal of `text`. */
+std::string quote(const std::string &text) {
+    std::string literal = "\"";
+    for (char c : text) {
+        if (c == '"' || c == '\\')
+            literal += '\\';
+        literal += c == '\n' ? ' ' : c;
+    }
+    return literal + "\"";
+}
+
+/** The score_mod and mask predicates as one line of text, for messages and documentation. */
+std::string expressions_text(const AttentionSpec &spec) {
+    std::string text;
+    if (spec.score_mod)
+        text = "score_mod = " + to_string(*spec.score_mod);
+    for (const ModExprPtr &predicate : spec.mask_predicates)
+        text += (text.empty() ? "" : "; ") + std::string("mask (") + to_string(*predicate) + ")";
+    return text;
+}
+
+/** The ExtraArgument initializers of the declared tensors and scalars. */
+std::string extras_table(const AttentionSpec &spec) {
+    std::string rows;
+    for (const RuntimeTensor &tensor : spec.tensors) {
+        std::string dims;
+        for (const TensorDim &dim : tensor.dims) {
+            std::string code;
+            switch (dim.symbol) {
+            case TensorDim::Symbol::batch:
+                code = "attngen::dim_batch";
+                break;
+            case TensorDim::Symbol::queries:
+                code = "attngen::dim_queries";
+                break;
+            case TensorDim::Symbol::keys:
+                code = "attngen::dim_keys";
+                break;
+            case TensorDim::Symbol::heads:
+                code = std::to_string(spec.heads);
+                break;
+            case TensorDim::Symbol::kv_heads:
+                code = std::to_string(spec.resolved_kv_heads());
+                break;
+            case TensorDim::Symbol::head_dim:
+                code = std::to_string(spec.resolved_head_dim());
+                break;
+            case TensorDim::Symbol::fixed:
+                code = std::to_string(dim.extent);
+                break;
+            }
+            dims += (dims.empty() ? "" : ", ") + code;
+        }
+        rows += fmt::format("        {{\"{}\", false, attngen::DType::{}, {}, {{{}}}}},\n",
+                            tensor.name, tensor.is_int32 ? "i32" : "f32", tensor.dims.size(),
+                            dims);
+    }
+    for (const RuntimeScalar &scalar : spec.scalars)
+        rows += fmt::format("        {{\"{}\", true, attngen::DType::{}, 0, {{}}}},\n",
+                            scalar.name, scalar.is_int32 ? "i32" : "f32");
+    return rows;
+}
 
 std::string argument_docs(const AttentionSpec &spec) {
     std::string docs;
@@ -45,15 +108,34 @@ std::string argument_docs(const AttentionSpec &spec) {
         line("key_lengths (B) int32 in [0, Lk]");
     if (spec.mask.additive)
         line("attn_bias (B, H, Lq, Lk)");
+    for (const RuntimeTensor &tensor : spec.tensors) {
+        std::string dims;
+        for (const TensorDim &dim : tensor.dims)
+            dims += (dims.empty() ? "" : ", ") +
+                    (dim.symbol == TensorDim::Symbol::fixed ? std::to_string(dim.extent)
+                                                            : symbol_name(dim.symbol));
+        line("tensor " + tensor.name + " (" + dims + ") " + (tensor.is_int32 ? "i32" : "f32") +
+             ", by args.set_tensor(\"" + tensor.name + "\", ...)");
+    }
+    for (const RuntimeScalar &scalar : spec.scalars)
+        line("scalar " + scalar.name + " " + (scalar.is_int32 ? "i32" : "f32") +
+             ", by args.set_scalar(\"" + scalar.name + "\", ...)");
     line(proj.out ? "out      (B, Lq, model_dim)" : "out      (B, H, Lq, D)");
     return docs;
 }
 
 /** Declares variant `index` under its Halide symbol and wraps it in Halide's argv convention. */
 std::string variant_thunk(const std::string &name, size_t index, const std::string &symbol,
-                          const std::vector<BufferArgument> &arguments) {
+                          const std::vector<EntryArgument> &arguments) {
     std::string params = "void const *", call = "*static_cast<void const **>(args[0])";
     for (size_t i = 0; i < arguments.size(); i++) {
+        if (arguments[i].kind == EntryArgument::Kind::scalar) {
+            // Halide's argv passes a pointer to each scalar.
+            const char *type = arguments[i].is_int32 ? "int32_t" : "float";
+            params += fmt::format(", {}", type);
+            call += fmt::format(",\n        *static_cast<const {} *>(args[{}])", type, i + 1);
+            continue;
+        }
         params += ", struct halide_buffer_t *";
         call += fmt::format(",\n        static_cast<struct halide_buffer_t *>(args[{}])", i + 1);
     }
@@ -78,9 +160,23 @@ const char *cpu_variant_of(const std::string &target) {
 }
 
 std::string layer_header(const AttentionSpec &spec, const std::vector<std::string> &targets) {
+    return library_header({spec}, targets);
+}
+
+std::string library_header(const std::vector<AttentionSpec> &layers,
+                           const std::vector<std::string> &targets) {
+    std::string text = "// Generated by attngen. Do not edit.\n#pragma once\n\n"
+                       "#include \"attngen/runtime.h\"\n\n#include \"HalideRuntime.h\"\n";
+    for (const AttentionSpec &spec : layers)
+        text += "\n" + layer_definitions(spec, targets);
+    return text;
+}
+
+std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::string> &targets) {
     const std::string name = spec.name;
     const std::string halide = name + halide_function_suffix();
-    const std::vector<BufferArgument> arguments = layer_arguments(spec);
+    const std::vector<EntryArgument> arguments = layer_arguments(spec);
+    const std::string extras = extras_table(spec);
     std::string thunks, variants;
     for (size_t i = 0; i < targets.size(); i++) {
         // add_halide_library names each target's function <fn>-<target>; one target, <fn>.
@@ -91,15 +187,10 @@ std::string layer_header(const AttentionSpec &spec, const std::vector<std::strin
     }
     const Projections &proj = spec.projections;
     return fmt::format(
-        R"(// Generated by attngen: the attention layer '{name}'. Do not edit.
+        R"(// The attention layer '{name}':
 // heads={heads} kv_heads={kv_heads} head_dim={head_dim} model_dim={model_dim} scale={scale:.17g}
 // dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}
-#pragma once
-
-#include "attngen/runtime.h"
-
-#include "HalideRuntime.h"
-
+{expression_comment}
 extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 
 // One thunk per compiled variant; the runtime dispatches over them on every call.
@@ -108,9 +199,10 @@ extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 inline const attngen::Layer &{name}_layer() {{
     static const attngen::LayerVariant variants[] = {{
 {variants}    }};
-    static const attngen::Layer layer{{
+{extras_decl}    static const attngen::Layer layer{{
         {{"{name}", {model_dim}, {heads}, {kv_heads}, {head_dim}, {scale:.17g}, {rt_dtype},
-         {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive}}},
+         {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive},
+         {expressions}, {extras_ptr}, {extra_count}}},
         {halide}_metadata,
         variants,
         {variant_count}}};
@@ -131,14 +223,24 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("model_dim", spec.resolved_model_dim()),
         fmt::arg("scale", spec.resolved_scale()), fmt::arg("dtype", to_string(spec.dtype)),
         fmt::arg("rt_dtype", runtime_dtype(spec.dtype)),
-        fmt::arg("projections", to_string(proj)), fmt::arg("bias", boolean(proj.bias)),
-        fmt::arg("cross", boolean(spec.cross_attention)), fmt::arg("mask", to_string(spec.mask)),
-        fmt::arg("has_proj", boolean(proj.q)), fmt::arg("has_out", boolean(proj.out)),
-        fmt::arg("causal", boolean(spec.mask.causal)),
-        fmt::arg("padding", boolean(spec.mask.key_padding)),
-        fmt::arg("window", spec.mask.window), fmt::arg("additive", boolean(spec.mask.additive)),
+        fmt::arg("projections", to_string(proj)), fmt::arg("bias", cpp_bool(proj.bias)),
+        fmt::arg("cross", cpp_bool(spec.cross_attention)), fmt::arg("mask", to_string(spec.mask)),
+        fmt::arg("has_proj", cpp_bool(proj.q)), fmt::arg("has_out", cpp_bool(proj.out)),
+        fmt::arg("causal", cpp_bool(spec.mask.causal)),
+        fmt::arg("padding", cpp_bool(spec.mask.key_padding)),
+        fmt::arg("window", spec.mask.window), fmt::arg("additive", cpp_bool(spec.mask.additive)),
         fmt::arg("docs", argument_docs(spec)), fmt::arg("thunks", thunks),
-        fmt::arg("variants", variants), fmt::arg("variant_count", targets.size()));
+        fmt::arg("variants", variants), fmt::arg("variant_count", targets.size()),
+        fmt::arg("expressions", quote(expressions_text(spec))),
+        fmt::arg("expression_comment",
+                 spec.score_mod || !spec.mask_predicates.empty()
+                     ? "// " + expressions_text(spec) + "\n"
+                     : std::string()),
+        fmt::arg("extras_decl", extras.empty() ? std::string()
+                                               : "    static const attngen::ExtraArgument extras[] "
+                                                 "= {\n" + extras + "    };\n"),
+        fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
+        fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()));
 }
 
 } // namespace attngen

@@ -19,6 +19,13 @@ inline const char *halide_function_suffix() { return "_halide"; }
  */
 std::string layer_header(const AttentionSpec &spec, const std::vector<std::string> &targets);
 
+/** One header for several layers of one library, generated for the same targets. */
+std::string library_header(const std::vector<AttentionSpec> &layers,
+                           const std::vector<std::string> &targets);
+
+/** A layer's declarations without the header's preamble. */
+std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::string> &targets);
+
 /** The runtime's CpuVariant (as C++ source) a Halide target string needs. */
 const char *cpu_variant_of(const std::string &target);
 

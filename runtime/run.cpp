@@ -66,6 +66,12 @@ struct HalideView {
     HalideView &operator=(const HalideView &) = delete;
 };
 
+/** The storage of a declared scalar, converted to its Halide type, for Halide's argv. */
+union ScalarValue {
+    float f32;
+    int32_t i32;
+};
+
 const Layout *find_argument(const Arguments &args, const char *name, const void **data) {
     struct Named {
         const char *name;
@@ -83,6 +89,11 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
         if (std::strcmp(name, input.name) == 0) {
             *data = input.tensor->data;
             return input.tensor;
+        }
+    for (const auto &entry : args.tensors)
+        if (entry.first == name) {
+            *data = entry.second.data;
+            return &entry.second;
         }
     return nullptr;
 }
@@ -106,6 +117,7 @@ Status run(const Layer &layer, const Arguments &args) {
     void *user_context = &context;
     std::vector<void *> argv(metadata->num_arguments, nullptr);
     std::vector<std::unique_ptr<HalideView>> views;
+    std::vector<ScalarValue> scalars(metadata->num_arguments);
     bool has_user_context = false;
     for (int i = 0; i < metadata->num_arguments; i++) {
         const halide_filter_argument_t &arg = metadata->arguments[i];
@@ -114,11 +126,26 @@ Status run(const Layer &layer, const Arguments &args) {
             has_user_context = true;
             continue;
         }
+        if (arg.kind == halide_argument_kind_input_scalar) {
+            const std::pair<std::string, double> *given = nullptr;
+            for (const auto &entry : args.scalars)
+                if (entry.first == arg.name)
+                    given = &entry;
+            if (given == nullptr)
+                return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                                     "' needs scalar `" + arg.name + "` but it was not given");
+            if (arg.type.code == halide_type_int)
+                scalars[i].i32 = static_cast<int32_t>(given->second);
+            else
+                scalars[i].f32 = static_cast<float>(given->second);
+            argv[i] = &scalars[i];
+            continue;
+        }
         const void *data = args.out.data;
         const Layout *layout = &args.out; // the one output, whatever Halide named it
         if (arg.kind != halide_argument_kind_output_buffer)
             layout = find_argument(args, arg.name, &data);
-        if (layout == nullptr || arg.kind == halide_argument_kind_input_scalar)
+        if (layout == nullptr)
             return Status::error("attngen: layer '" + std::string(layer.info.name) +
                                  "' has an argument `" + arg.name +
                                  "` this runtime does not know; regenerate it with this attngen");

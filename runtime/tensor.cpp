@@ -106,4 +106,24 @@ MutableTensor strided_mutable_view(void *data, DType dtype, std::initializer_lis
     return tensor;
 }
 
+Arguments &Arguments::set_tensor(const std::string &name, const Tensor &tensor) {
+    for (auto &entry : tensors)
+        if (entry.first == name) {
+            entry.second = tensor;
+            return *this;
+        }
+    tensors.emplace_back(name, tensor);
+    return *this;
+}
+
+Arguments &Arguments::set_scalar(const std::string &name, double value) {
+    for (auto &entry : scalars)
+        if (entry.first == name) {
+            entry.second = value;
+            return *this;
+        }
+    scalars.emplace_back(name, value);
+    return *this;
+}
+
 } // namespace attngen

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <initializer_list>
 #include <cstdint>
 #include <string>
@@ -26,6 +27,7 @@ struct DimRule {
 struct DimList {
     DimRule items[Layout::max_rank] = {};
     int count = 0;
+    DimList() = default;
     DimList(std::initializer_list<DimRule> dims) {
         for (const DimRule &dim : dims)
             items[count++] = dim;
@@ -105,6 +107,78 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              {batch, heads, lq, lk}),
     };
     return rules;
+}
+
+/** The declared tensors: given by name in args.tensors, shaped by their ExtraArgument. */
+Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
+                                 std::vector<ArgRule> &rules) {
+    static const Tensor absent;
+    static const char *const dimension_names[] = {"size[0]", "size[1]", "size[2]",
+                                                  "size[3]"};
+    // In self-attention the keys are the queries: a keys-sized dimension has the query length.
+    const Symbol keys = info.projections && !info.cross_attention ? Symbol::query_len
+                                                                  : Symbol::key_len;
+    for (const auto &entry : args.tensors) {
+        bool declared = false;
+        for (int i = 0; i < info.extra_count; i++)
+            declared = declared || (!info.extras[i].is_scalar && entry.first == info.extras[i].name);
+        if (!declared)
+            return Status::error("attngen: tensor `" + entry.first + "` was given but layer '" +
+                                 info.name + "' declares no tensor of that name");
+    }
+    for (int i = 0; i < info.extra_count; i++) {
+        const ExtraArgument &extra = info.extras[i];
+        if (extra.is_scalar)
+            continue;
+        const Tensor *tensor = &absent;
+        for (const auto &entry : args.tensors)
+            if (entry.first == extra.name)
+                tensor = &entry.second;
+        DimList dims{};
+        for (int d = 0; d < extra.rank && d < Layout::max_rank; d++) {
+            DimRule rule = extra.dims[d] == dim_batch     ? DimRule{"batch", Symbol::batch, 0}
+                           : extra.dims[d] == dim_queries ? DimRule{"query length", Symbol::query_len, 0}
+                           : extra.dims[d] == dim_keys    ? DimRule{"key length", keys, 0}
+                                                          : DimRule{dimension_names[d], Symbol::none,
+                                                                    extra.dims[d]};
+            dims.items[dims.count++] = rule;
+        }
+        rules.push_back(ArgRule{extra.name, tensor, tensor->given(), tensor->data, true, "",
+                                extra.dtype, dims});
+    }
+    return Status();
+}
+
+/** The declared scalars: given by name, finite, and integral for i32 ones. */
+Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
+    for (const auto &entry : args.scalars) {
+        const ExtraArgument *extra = nullptr;
+        for (int i = 0; i < info.extra_count; i++)
+            if (info.extras[i].is_scalar && entry.first == info.extras[i].name)
+                extra = &info.extras[i];
+        if (extra == nullptr)
+            return Status::error("attngen: scalar `" + entry.first + "` was given but layer '" +
+                                 info.name + "' declares no scalar of that name");
+        const double value = entry.second;
+        if (!std::isfinite(value))
+            return Status::error("attngen: scalar `" + entry.first + "` is " +
+                                 std::to_string(value) + "; it must be finite");
+        if (extra->dtype == DType::i32 &&
+            (value != std::floor(value) || value < INT32_MIN || value > INT32_MAX))
+            return Status::error("attngen: scalar `" + entry.first + "` is " +
+                                 std::to_string(value) + " but must be an i32 integer");
+    }
+    for (int i = 0; i < info.extra_count; i++) {
+        if (!info.extras[i].is_scalar)
+            continue;
+        bool given = false;
+        for (const auto &entry : args.scalars)
+            given = given || entry.first == info.extras[i].name;
+        if (!given)
+            return Status::error("attngen: layer '" + std::string(info.name) + "' needs scalar `" +
+                                 info.extras[i].name + "` but it was not given");
+    }
+    return Status();
 }
 
 /** The byte range [first, last] a tensor's elements occupy (its data pointer is non-null). */
@@ -190,6 +264,10 @@ Status validate(const Layer &layer, const Arguments &args) {
                              "generated header");
 
     std::vector<ArgRule> rules = rules_for(info, args);
+    if (Status status = add_declared_tensor_rules(info, args, rules); !status)
+        return status;
+    if (Status status = check_declared_scalars(info, args); !status)
+        return status;
     Bound bound[4];
     for (const ArgRule &rule : rules) {
         if (!rule.wanted) {

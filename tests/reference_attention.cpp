@@ -66,6 +66,13 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                         visible = false;
                     if (p.key_padding && j >= p.key_lengths[b])
                         visible = false;
+                    if (p.visible && !p.visible(b, h, i, j))
+                        visible = false;
+                    // -inf in the additive bias masks, whatever a score_mod would make of it.
+                    if (p.additive &&
+                        p.attn_bias[((static_cast<size_t>(b) * H + h) * Lq + i) * Lk + j] ==
+                            -std::numeric_limits<double>::infinity())
+                        visible = false;
                     double score = -std::numeric_limits<double>::infinity();
                     if (visible) {
                         double dot = 0.0;
@@ -75,6 +82,8 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                         score = p.scale * dot;
                         if (p.additive)
                             score += p.attn_bias[((static_cast<size_t>(b) * H + h) * Lq + i) * Lk + j];
+                        if (p.score_mod)
+                            score = p.score_mod(score, b, h, i, j);
                     }
                     weights[j] = score;
                     row_max = std::max(row_max, score);

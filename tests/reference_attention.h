@@ -2,6 +2,7 @@
 // dsl/: the oracle every generated layer is tested against.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 namespace attngen_test {
@@ -21,6 +22,11 @@ struct ReferenceProblem {
     std::vector<double> bq, bk, bv, bo;            // (out)
     std::vector<int> key_lengths;                  // (B)
     std::vector<double> attn_bias;                 // (B,H,Lq,Lk)
+
+    /** A score modification, applied to scale * q.k (plus the additive bias); none if empty. */
+    std::function<double(double score, int b, int h, int q, int k)> score_mod;
+    /** A custom mask: key k is visible to query q only where it returns true; none if empty. */
+    std::function<bool(int b, int h, int q, int k)> visible;
 };
 
 /** The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. */

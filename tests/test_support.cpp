@@ -165,6 +165,30 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
             key_lengths.ints.push_back(length(rng));
         key_lengths.values.assign(key_lengths.ints.begin(), key_lengths.ints.end());
     }
+    for (int i = 0; i < info.extra_count; i++) {
+        const attngen::ExtraArgument &extra = info.extras[i];
+        if (extra.is_scalar) {
+            scalars[extra.name] = 1.0;
+            continue;
+        }
+        std::vector<int64_t> shape;
+        for (int d = 0; d < extra.rank; d++)
+            shape.push_back(extra.dims[d] == attngen::dim_batch     ? b
+                            : extra.dims[d] == attngen::dim_queries ? lq
+                            : extra.dims[d] == attngen::dim_keys    ? lk
+                                                                    : extra.dims[d]);
+        HostTensor &tensor = tensors[extra.name];
+        if (extra.dtype == attngen::DType::i32) {
+            tensor.dtype = attngen::DType::i32;
+            tensor.shape = shape;
+            std::uniform_int_distribution<int32_t> index(0, lk);
+            for (size_t n = count(shape); n > 0; n--)
+                tensor.ints.push_back(index(rng));
+            tensor.values.assign(tensor.ints.begin(), tensor.ints.end());
+        } else {
+            fill(tensor, attngen::DType::f32, shape, 1.0, rng);
+        }
+    }
     if (info.additive) {
         fill(attn_bias, t, {b, H, lq, lk}, 2.0, rng);
         // A few -inf entries: an additive mask can hide keys too.
@@ -197,6 +221,10 @@ attngen::Arguments Problem::arguments(void *out) const {
     args.bo = bo.view();
     args.key_lengths = key_lengths.view();
     args.attn_bias = attn_bias.view();
+    for (const auto &entry : tensors)
+        args.set_tensor(entry.first, entry.second.view());
+    for (const auto &entry : scalars)
+        args.set_scalar(entry.first, entry.second);
     HostTensor shape_only;
     shape_only.shape = out_shape();
     attngen::Tensor layout = shape_only.view();

@@ -6,6 +6,7 @@
 #include "reference_attention.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ public:
     int batch, query_len, key_len;
     HostTensor query, key, value, x, context, wq, wk, wv, wo, bq, bk, bv, bo;
     HostTensor key_lengths, attn_bias;
+    /** The layer's declared tensors (f32 in [-1, 1], i32 in [0, Lk]) and scalars (1.0). */
+    std::map<std::string, HostTensor> tensors;
+    std::map<std::string, double> scalars;
 };
 
 /** An output buffer of the layer's dtype, read back as floats. */

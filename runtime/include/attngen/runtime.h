@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 struct halide_filter_metadata_t;
 
@@ -86,6 +88,26 @@ struct Arguments {
     Tensor attn_bias;   ///< (B, H, Lq, Lk), added to the scores; -inf masks
     // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
     MutableTensor out;
+
+    // The run-time tensors and scalars a layer's score_mod or mask predicates declared, by name.
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    std::vector<std::pair<std::string, double>> scalars;
+    /** Gives the declared tensor `name` (replacing an earlier one of that name). */
+    Arguments &set_tensor(const std::string &name, const Tensor &tensor);
+    /** Gives the declared scalar `name`; i32 scalars must hold an integer. */
+    Arguments &set_scalar(const std::string &name, double value);
+};
+
+/** Sizes a declared tensor's dimension may take from the call rather than being fixed. */
+constexpr int dim_batch = -1, dim_queries = -2, dim_keys = -3;
+
+/** A run-time tensor or scalar that a layer's expressions read. */
+struct ExtraArgument {
+    const char *name;
+    bool is_scalar;
+    DType dtype; ///< f32 or i32
+    int rank;    ///< 0 for scalars
+    int dims[4]; ///< outermost first: a fixed extent, or dim_batch, dim_queries, dim_keys
 };
 
 /** What a layer was generated for. Written into each generated header. */
@@ -105,6 +127,9 @@ struct LayerInfo {
     bool key_padding;
     int window; ///< 0 = no sliding window
     bool additive;
+    const char *expressions;     ///< score_mod and mask predicates as text, "" if none
+    const ExtraArgument *extras; ///< the declared tensors and scalars
+    int extra_count;
 };
 
 /** Which x86 code path a layer variant needs; baseline runs anywhere its target does. */

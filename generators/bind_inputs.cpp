@@ -1,0 +1,44 @@
+// See bind_inputs.h.
+#include "bind_inputs.h"
+
+namespace attngen {
+
+AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arguments) {
+    auto buffer = [&](const char *name) {
+        auto found = arguments.buffers.find(name);
+        return found == arguments.buffers.end() ? Halide::Func() : found->second;
+    };
+    AttentionInputs in;
+    in.query = buffer("query");
+    in.key = buffer("key");
+    in.value = buffer("value");
+    in.x = buffer("x");
+    in.context = buffer("context");
+    in.wq = buffer("wq");
+    in.wk = buffer("wk");
+    in.wv = buffer("wv");
+    in.wo = buffer("wo");
+    in.bq = buffer("bq");
+    in.bk = buffer("bk");
+    in.bv = buffer("bv");
+    in.bo = buffer("bo");
+    in.key_lengths = buffer("key_lengths");
+    in.attn_bias = buffer("attn_bias");
+
+    // Lq and Lk are the sequence extents (dimension 1) of the query and key inputs.
+    const bool projected = spec.projections.any();
+    const char *queries = projected ? "x" : "query";
+    const char *keys = projected ? (spec.cross_attention ? "context" : "x") : "key";
+    in.query_len = arguments.extents.at(queries).at(1);
+    in.key_len = arguments.extents.at(keys).at(1);
+
+    for (const RuntimeTensor &tensor : spec.tensors) {
+        in.tensors[tensor.name] = arguments.buffers.at(tensor.name);
+        in.tensor_extents[tensor.name] = arguments.extents.at(tensor.name);
+    }
+    for (const RuntimeScalar &scalar : spec.scalars)
+        in.scalars[scalar.name] = arguments.scalars.at(scalar.name);
+    return in;
+}
+
+} // namespace attngen
