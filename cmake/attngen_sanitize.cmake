@@ -8,5 +8,11 @@ function(attngen_sanitize target)
     # GCC 12's -Wmaybe-uninitialized misfires on libstdc++'s <regex> (pulled in by Catch2) once
     # ASan instruments it; the warning stays on in the normal build.
     target_compile_options(${target} PRIVATE ${flags} -Wno-maybe-uninitialized)
-    target_link_options(${target} PRIVATE ${flags})
+    # A static library's users must link the sanitizer runtimes too.
+    get_target_property(type ${target} TYPE)
+    if (type STREQUAL "STATIC_LIBRARY")
+        target_link_options(${target} INTERFACE ${flags})
+    else ()
+        target_link_options(${target} PRIVATE ${flags})
+    endif ()
 endfunction()

@@ -1,0 +1,54 @@
+# attngen_add_library: generate attention layers from a .attn spec at build time.
+#
+#   attngen_add_library(NAME
+#       SPEC file.attn                 # the layers' description
+#       [LAYERS a b ...]               # default: every layer of the file
+#       [TARGETS x86-64-linux ...]     # default: x86-64-linux; see `attngen targets`
+#       [SCHEDULE auto|x86|reference])
+#
+# runs `attngen compile` (re-run whenever the spec changes) and defines the library target NAME:
+# link it, and `#include "NAME.h"` for a typed entry point LAYER(args) per layer. The same
+# function serves this repository's build and installed packages (find_package(attngen)).
+
+function(attngen_add_library name)
+    cmake_parse_arguments(ARG "" "SPEC;SCHEDULE" "LAYERS;TARGETS" ${ARGN})
+    if (ARG_UNPARSED_ARGUMENTS)
+        message(FATAL_ERROR "attngen_add_library(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+    endif ()
+    if (NOT ARG_SPEC)
+        message(FATAL_ERROR "attngen_add_library(${name}): SPEC file.attn is required")
+    endif ()
+    if (NOT ARG_TARGETS)
+        set(ARG_TARGETS x86-64-linux)
+    endif ()
+    if (NOT ARG_SCHEDULE)
+        set(ARG_SCHEDULE auto)
+    endif ()
+    get_filename_component(spec "${ARG_SPEC}" ABSOLUTE)
+
+    set(options --name ${name} --schedule ${ARG_SCHEDULE})
+    foreach (target IN LISTS ARG_TARGETS)
+        list(APPEND options --target ${target})
+    endforeach ()
+    if (ARG_LAYERS)
+        list(JOIN ARG_LAYERS "," layers)
+        list(APPEND options --layers ${layers})
+    endif ()
+
+    set(dir "${CMAKE_CURRENT_BINARY_DIR}/${name}.attngen")
+    set(library "${dir}/lib${name}.a")
+    file(MAKE_DIRECTORY "${dir}")
+    add_custom_command(OUTPUT "${library}" "${dir}/${name}.h" "${dir}/${name}.manifest.json"
+                       COMMAND attngen::attngen compile "${spec}" ${options} -o "${dir}"
+                       DEPENDS "${spec}" attngen::attngen
+                       COMMENT "attngen: generating ${name} from ${ARG_SPEC}"
+                       VERBATIM)
+    add_custom_target(${name}.generate DEPENDS "${library}" "${dir}/${name}.h")
+
+    add_library(${name} STATIC IMPORTED GLOBAL)
+    set_target_properties(${name} PROPERTIES
+                          IMPORTED_LOCATION "${library}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${dir}"
+                          INTERFACE_LINK_LIBRARIES attngen::runtime)
+    add_dependencies(${name} ${name}.generate)
+endfunction()

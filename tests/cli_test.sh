@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The attngen command-line tool as a user drives it: exit codes 0/1/2, --help for each command,
+# check, compile's three outputs, targets, and run on a small shape.
+#   cli_test.sh ATTNGEN SOURCE_DIR WORK_DIR
+set -u
+attngen=$1 source=$2 work=$3
+failures=0 checks=0
+
+expect() { # expect STATUS DESCRIPTION COMMAND...
+    local want=$1 what=$2
+    shift 2
+    "$@" > "$work/out.txt" 2> "$work/err.txt"
+    local got=$?
+    checks=$((checks + 1))
+    if [ "$got" -ne "$want" ]; then
+        failures=$((failures + 1))
+        echo "FAILED: $what: exit $got, expected $want"
+        sed 's/^/  stdout: /' "$work/out.txt" | head -20
+        sed 's/^/  stderr: /' "$work/err.txt" | head -20
+    fi
+}
+contains() { # contains FILE TEXT DESCRIPTION
+    checks=$((checks + 1))
+    if ! grep -qF -- "$2" "$1"; then
+        failures=$((failures + 1))
+        echo "FAILED: $3: '$2' not in $1"
+        sed 's/^/  /' "$1" | head -20
+    fi
+}
+
+rm -rf "$work" && mkdir -p "$work"
+spec=$source/tests/layers/modifications.attn
+
+for command in check compile targets run header; do
+    expect 0 "attngen $command --help" "$attngen" "$command" --help
+    contains "$work/out.txt" "usage: attngen $command" "attngen $command --help prints its usage"
+done
+expect 0 "attngen --help" "$attngen" --help
+expect 1 "no command" "$attngen"
+expect 1 "an unknown command" "$attngen" frobnicate
+expect 1 "an unknown option" "$attngen" compile "$spec" --colour red -o "$work/x"
+
+expect 0 "check a valid spec" "$attngen" check "$spec"
+contains "$work/out.txt" "7 layers" "check counts the layers"
+printf 'attention broken {\n  heads = 8\n  kv_heads = 3\n  head_dim = 64\n' > "$work/broken.attn"
+expect 1 "check a broken spec" "$attngen" check "$work/broken.attn"
+contains "$work/err.txt" "broken.attn:" "check prints file:line:column"
+expect 1 "check a missing file" "$attngen" check "$work/missing.attn"
+
+expect 0 "targets" "$attngen" targets
+contains "$work/out.txt" "x86-64-linux-avx2-fma-f16c" "targets lists the x86 variants"
+
+expect 0 "compile two layers" "$attngen" compile "$spec" --target x86-64-linux \
+    --layers alibi,prefix_lm --name mods -o "$work/lib"
+for file in libmods.a mods.h mods.manifest.json; do
+    checks=$((checks + 1))
+    [ -s "$work/lib/$file" ] || { failures=$((failures + 1)); echo "FAILED: compile wrote no $file"; }
+done
+contains "$work/lib/mods.h" "inline attngen::Status alibi(const attngen::Arguments &args)" \
+    "the header has a typed entry point per layer"
+contains "$work/lib/mods.h" "inline attngen::Status prefix_lm(" "the second layer's entry point"
+contains "$work/lib/mods.manifest.json" '"name": "slope", "kind": "input", "dtype": "f32", "shape": [4]' \
+    "the manifest lists a declared tensor with its shape"
+contains "$work/lib/mods.manifest.json" '"name": "query", "kind": "input", "dtype": "f32", "shape": ["batch", 4, "queries", 32]' \
+    "the manifest lists the per-head inputs with their shapes"
+expect 1 "compile an unknown layer" "$attngen" compile "$spec" --target x86-64-linux \
+    --layers nope -o "$work/lib2"
+expect 1 "compile for an unknown target" "$attngen" compile "$spec" --target vax -o "$work/lib3"
+expect 1 "compile without -o" "$attngen" compile "$spec" --target x86-64-linux
+
+expect 0 "run softcap" "$attngen" run "$spec" --layer softcap --shape 2,19,23 --scalar cap=0.8 --runs 2
+contains "$work/out.txt" ": ok" "run checks against the reference"
+expect 0 "run documents" "$attngen" run "$spec" --layer documents --shape 1,33 --runs 1
+expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alibi --shape 1,4 \
+    --scalar cap=2
+expect 1 "run with a bad shape" "$attngen" run "$spec" --layer alibi --shape 1,0
+expect 1 "run an unknown layer" "$attngen" run "$spec" --layer nope --shape 1,4
+
+# Every layer of every spec in examples/ and tests/ generates and matches the reference.
+shopt -s nullglob
+for spec_file in "$source"/examples/*.attn "$source"/examples/*/*.attn \
+                 "$source"/tests/specs/*.attn "$source"/tests/layers/*.attn; do
+    expect 0 "check $spec_file" "$attngen" check "$spec_file"
+    cp "$work/out.txt" "$work/layers.txt"
+    for layer in $(sed -n 's/^  \([A-Za-z_][A-Za-z0-9_]*\): .*/\1/p' "$work/layers.txt"); do
+        expect 0 "run $layer of $spec_file" "$attngen" run "$spec_file" --layer "$layer" \
+            --shape 2,13 --runs 1
+        contains "$work/out.txt" ": ok" "$layer of $spec_file matches the reference"
+    done
+done
+
+echo "$((checks - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,43 @@
+// What the attngen commands share: exit codes, argument parsing, and printing diagnostics.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace attngen::cli {
+
+/** ok, a problem with what the user gave (file, options, spec), or a failure of attngen. */
+constexpr int exit_ok = 0, exit_user_error = 1, exit_internal_error = 2;
+
+/** A command line after the command name: positional arguments and --options. */
+struct Arguments {
+    std::vector<std::string> positional;
+    std::multimap<std::string, std::string> options; ///< --key value (repeatable)
+    std::set<std::string> flags;                     ///< --key without value
+    std::string error;                               ///< empty when parsing succeeded
+
+    bool has(const std::string &flag) const { return flags.count(flag) != 0; }
+    /** The last value of `option`, or `fallback`. */
+    std::string value(const std::string &option, const std::string &fallback = "") const;
+    std::vector<std::string> values(const std::string &option) const;
+};
+
+/**
+ * Parses argv[first...]: `value_options` take the next word (or --opt=value), `flags` none,
+ * -o is --output, -h is --help. Anything else starting with '-' is an error.
+ */
+Arguments parse(int argc, char **argv, int first, const std::set<std::string> &value_options,
+                const std::set<std::string> &flags);
+
+/** Splits "a,b,c" (empty parts are dropped). */
+std::vector<std::string> split_list(const std::string &text);
+
+int command_check(int argc, char **argv);
+int command_compile(int argc, char **argv);
+int command_targets(int argc, char **argv);
+int command_run(int argc, char **argv);
+int command_header(int argc, char **argv);
+
+} // namespace attngen::cli

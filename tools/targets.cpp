@@ -1,0 +1,61 @@
+// Target families and their expansion (see targets.h).
+#include "targets.h"
+
+#include "Halide.h"
+
+namespace attngen {
+
+std::vector<TargetFamily> target_families() {
+    return {
+        {"x86-64-linux",
+         "x86-64 Linux, one library with AVX-512, AVX2+FMA and SSE4.1 variants, chosen at run time",
+         {"x86-64-linux-avx512_skylake", "x86-64-linux-avx2-fma-f16c", "x86-64-linux-sse41"}},
+        {"host", "the machine running attngen: " + Halide::get_host_target().to_string(),
+         {Halide::get_host_target().to_string()}},
+    };
+}
+
+std::vector<std::string> expand_targets(const std::vector<std::string> &requested,
+                                        std::string &error) {
+    std::vector<std::string> expanded;
+    for (const std::string &name : requested) {
+        bool family = false;
+        for (const TargetFamily &candidate : target_families())
+            if (candidate.name == name) {
+                expanded.insert(expanded.end(), candidate.halide_targets.begin(),
+                                candidate.halide_targets.end());
+                family = true;
+            }
+        if (family)
+            continue;
+        if (!Halide::Target::validate_target_string(name)) {
+            error = "unknown target '" + name + "'; see `attngen targets`";
+            return {};
+        }
+        expanded.push_back(name);
+    }
+    if (expanded.empty()) {
+        error = "no target given; use --target x86-64-linux (see `attngen targets`)";
+        return {};
+    }
+    const Halide::Target first(expanded.front());
+    for (const std::string &target : expanded) {
+        const Halide::Target t(target);
+        if (t.arch != first.arch || t.os != first.os || t.bits != first.bits) {
+            error = "targets " + expanded.front() + " and " + target +
+                    " are for different machines; compile each into its own library";
+            return {};
+        }
+        if (t.arch != Halide::Target::X86) {
+            error = "target " + target + " is not supported by this attngen yet (x86-64 only)";
+            return {};
+        }
+    }
+    return expanded;
+}
+
+std::string variant_target(const std::string &halide_target) {
+    return halide_target + "-user_context-no_runtime";
+}
+
+} // namespace attngen

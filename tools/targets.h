@@ -1,0 +1,29 @@
+// The targets attngen can generate for, and how the names users give expand to Halide targets.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attngen {
+
+/** A named target family and the Halide targets (best first) it expands to. */
+struct TargetFamily {
+    std::string name;
+    std::string description;
+    std::vector<std::string> halide_targets;
+};
+
+/** The families this build can generate for. */
+std::vector<TargetFamily> target_families();
+
+/**
+ * Expands what a user asked for (family names, "host", or Halide target strings) into Halide
+ * targets, best first, all of one architecture and OS. On a problem, returns none and says why.
+ */
+std::vector<std::string> expand_targets(const std::vector<std::string> &requested,
+                                        std::string &error);
+
+/** A Halide target with the features every attngen layer is generated with. */
+std::string variant_target(const std::string &halide_target);
+
+} // namespace attngen
