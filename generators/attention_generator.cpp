@@ -35,7 +35,7 @@ public:
     /** Alternatively, a .attn file and the layer of it to generate (the keys above unset). */
     GeneratorParam<std::string> spec_file{"spec", ""};
     GeneratorParam<std::string> layer{"layer", ""};
-    /** auto (by target), reference or x86. */
+    /** auto (by target), reference, x86 or arm. */
     GeneratorParam<std::string> schedule_name{"schedule", "auto"};
 
     void configure() {
@@ -61,7 +61,7 @@ public:
             fail(source.errors);
         spec_ = *source.spec;
         if (!is_schedule_name(schedule_name))
-            fail("schedule must be auto, reference or x86, got '" +
+            fail("schedule must be auto, reference, x86 or arm, got '" +
                  std::string(schedule_name) + "'");
 
         for (const EntryArgument &arg : layer_arguments(spec_)) {

@@ -152,6 +152,8 @@ inline int {name}_variant_{index}_argv(void **args) {{
 } // namespace
 
 const char *cpu_variant_of(const std::string &target) {
+    if (target.find("arm_fp16") != std::string::npos)
+        return "attngen::CpuVariant::arm_fp16";
     if (target.find("avx512") != std::string::npos)
         return "attngen::CpuVariant::avx512";
     if (target.find("avx2") != std::string::npos)

@@ -5,6 +5,11 @@
 
 #include "HalideRuntime.h"
 
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 #include <atomic>
 #include <mutex>
 
@@ -20,6 +25,7 @@ int rank_of(CpuVariant variant) {
     case CpuVariant::baseline:
         return 0;
     case CpuVariant::avx2:
+    case CpuVariant::arm_fp16:
         return 1;
     case CpuVariant::avx512:
     case CpuVariant::automatic:
@@ -40,8 +46,21 @@ bool detect_cpu_support(CpuVariant variant) {
         return __builtin_cpu_supports("sse4.1");
     case CpuVariant::automatic:
         return true;
+    case CpuVariant::arm_fp16:
+        return false;
     }
     return false;
+#elif defined(__aarch64__)
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    switch (variant) {
+    case CpuVariant::arm_fp16:
+        return (hwcap & HWCAP_FPHP) && (hwcap & HWCAP_ASIMDHP);
+    case CpuVariant::baseline:
+    case CpuVariant::automatic:
+        return true;
+    default:
+        return false;
+    }
 #else
     return variant == CpuVariant::automatic || variant == CpuVariant::baseline;
 #endif
@@ -51,7 +70,8 @@ bool detect_cpu_support(CpuVariant variant) {
 bool cpu_supports(CpuVariant variant) {
     static const bool supported[] = {true, detect_cpu_support(CpuVariant::avx512),
                                      detect_cpu_support(CpuVariant::avx2),
-                                     detect_cpu_support(CpuVariant::baseline)};
+                                     detect_cpu_support(CpuVariant::baseline),
+                                     detect_cpu_support(CpuVariant::arm_fp16)};
     return supported[static_cast<int>(variant)];
 }
 
@@ -93,6 +113,8 @@ const char *cpu_variant_name(CpuVariant variant) {
         return "avx2";
     case CpuVariant::baseline:
         return "baseline";
+    case CpuVariant::arm_fp16:
+        return "arm_fp16";
     }
     return "?";
 }

@@ -11,7 +11,7 @@ int vector_width_dividing(int extent, int lanes) {
 }
 
 bool is_schedule_name(const std::string &name) {
-    return name == "auto" || name == "reference" || name == "x86";
+    return name == "auto" || name == "reference" || name == "x86" || name == "arm";
 }
 
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
@@ -20,17 +20,23 @@ std::string apply_schedule(AttentionStages &stages, const Halide::Target &target
         apply_reference_schedule(stages, target);
         return "";
     }
-    bool x86 = target.arch == Halide::Target::X86;
+    const bool x86 = target.arch == Halide::Target::X86;
+    const bool arm = target.arch == Halide::Target::ARM && target.bits == 64;
     if (name == "x86" || (name == "auto" && x86)) {
         if (!x86)
             return "schedule 'x86' needs an x86 target, got " + target.to_string();
-        apply_x86_schedule(stages, target);
+        apply_cpu_schedule(stages, target, x86_schedule_params(target));
+        return "";
+    }
+    if (name == "arm" || (name == "auto" && arm)) {
+        if (!arm)
+            return "schedule 'arm' needs an arm-64 target, got " + target.to_string();
+        apply_cpu_schedule(stages, target, arm_schedule_params(target));
         return "";
     }
     if (name == "auto")
-        return "no schedule for target " + target.to_string() +
-               " yet; use schedule=reference";
-    return "unknown schedule '" + name + "'; expected auto, reference or x86";
+        return "no schedule for target " + target.to_string() + " yet; use schedule=reference";
+    return "unknown schedule '" + name + "'; expected auto, reference, x86 or arm";
 }
 
 } // namespace attngen

@@ -7,25 +7,36 @@
 
 namespace attngen {
 
-/** Tunable parameters of the x86 schedule; zero means "derive from the target". */
-struct X86ScheduleParams {
-    int query_tile = 0;  ///< queries per parallel task; default two vectors of floats
-    int key_block = 4;   ///< keys per register block of the score loop
-    int query_block = 4; ///< queries per register block of P·V and of the projections
+/**
+ * The register blocks of the CPU schedule. The score block holds query_vectors x key_block
+ * accumulators, the P·V block query_block x d_vectors; both must fit the register file with
+ * room for the operands they load.
+ */
+struct CpuScheduleParams {
+    int query_vectors = 2; ///< vectors of queries per parallel task (its query tile)
+    int key_block = 4;     ///< keys per register block of the score loop
+    int query_block = 4;   ///< queries per register block of P·V and of the projections
+    int d_vectors = 2;     ///< vectors of head_dim per register block of P·V (at most)
 };
 
 /** Every stage computed at root, serially: the baseline every other schedule must match. */
 void apply_reference_schedule(AttentionStages &stages, const Halide::Target &target);
 
 /** Parallel over batch x heads x query tiles, scores and softmax fused into each tile. */
-void apply_x86_schedule(AttentionStages &stages, const Halide::Target &target,
-                        const X86ScheduleParams &params = {});
+void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
+                        const CpuScheduleParams &params);
+
+/** Register blocks for x86 (16 registers for SSE/AVX2, 32 for AVX-512). */
+CpuScheduleParams x86_schedule_params(const Halide::Target &target);
+
+/** Register blocks for AArch64 NEON (32 registers of 4 floats). */
+CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 
 /** The schedule names apply_schedule accepts: "auto" picks by target. */
 bool is_schedule_name(const std::string &name);
 
 /**
- * Applies the named schedule ("auto", "reference" or "x86"). Returns an empty string on
+ * Applies the named schedule ("auto", "reference", "x86" or "arm"). Returns an empty string on
  * success, or why the schedule does not fit the target.
  */
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,

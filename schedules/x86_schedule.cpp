@@ -1,179 +1,34 @@
-// The x86 schedule (SSE4.1, AVX2, AVX-512): one parallel task per (batch, head, query tile).
-// Inside a task the scores of the tile are computed, masked and turned into probabilities while
-// they are in cache, vectorized along queries (K is broadcast straight from its row-major
-// layout, no transpose); P·V is register-blocked and vectorized along head_dim. Projections
-// are register-tiled GEMMs over packed (transposed) weights.
+// x86 register blocks for the CPU schedule. SSE4.1 and AVX2 have 16 vector registers (4 and 8
+// floats), AVX-512 has 32 of 16 floats. The score loop keeps query_vectors x key_block
+// accumulators plus the query vectors and one broadcast key; P·V keeps query_block x d_vectors
+// plus the value vectors and one broadcast probability.
 #include "schedule.h"
 
 namespace attngen {
 
-using Halide::Func;
-using Halide::RDom;
-using Halide::TailStrategy;
-using Halide::Var;
-
-namespace {
-
-/**
- * Schedules a projection stage `stage(vec_var, row_var, outer...) += a(r, row) * w(r, vec)` as a
- * register-tiled GEMM: a root wrapper is tiled (vector of `vec_var` x block of rows) and the
- * reduction runs inside each tile so that its accumulators live in registers.
- */
-void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent,
-                   const Var &row_var, const Var &outer0, const Var &outer1, int lanes,
-                   int row_block) {
-    const int vec = vector_width_dividing(vec_extent, lanes);
-    const int vec_block = vec_extent % (2 * vec) == 0 ? 2 * vec : vec;
-    Var vec_outer{vec_var.name() + "_outer"}, vec_inner{vec_var.name() + "_inner"};
-    Var row_outer{row_var.name() + "_outer"}, row_inner{row_var.name() + "_inner"};
-    Var task{stage.name() + "_task"};
-
-    // Weights are read with the output feature innermost: pack them transposed once.
-    Halide::Var in_feature = weight.args()[0], out_feature = weight.args()[1];
-    weight.compute_root()
-        .reorder_storage(out_feature, in_feature)
-        .parallel(in_feature, 16)
-        .vectorize(out_feature, lanes, TailStrategy::GuardWithIf);
-
-    Func tiled = stage.in();
-    tiled.compute_root()
-        .split(vec_var, vec_outer, vec_inner, vec_block)
-        .split(row_var, row_outer, row_inner, row_block)
-        .reorder(vec_inner, row_inner, vec_outer, row_outer, outer0, outer1)
-        .vectorize(vec_inner, vec)
-        .unroll(row_inner)
-        .fuse(row_outer, outer0, task)
-        .fuse(task, outer1, task)
-        .parallel(task);
-    stage.compute_at(tiled, vec_outer)
-        .bound_extent(row_var, row_block)
-        .vectorize(vec_var, vec)
-        .unroll(vec_var)
-        .unroll(row_var);
-    stage.update()
-        .reorder(vec_var, row_var, stage.rvars(0)[0])
-        .vectorize(vec_var, vec)
-        .unroll(vec_var)
-        .unroll(row_var);
-}
-
-} // namespace
-
-void apply_x86_schedule(AttentionStages &s, const Halide::Target &target,
-                        const X86ScheduleParams &params) {
-    const int lanes = target.natural_vector_size<float>();
-    const int head_dim = s.spec.resolved_head_dim();
-    const int query_tile = params.query_tile > 0 ? params.query_tile : 2 * lanes;
-    const int d_vec = vector_width_dividing(head_dim, lanes);
-    const int d_block = head_dim % (2 * d_vec) == 0 ? 2 * d_vec : d_vec;
-    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
-
-    if (s.spec.projections.any()) {
-        schedule_gemm(s.q_proj, s.q_weight, d, head_dim, q, h, b, lanes, params.query_block);
-        schedule_gemm(s.k_proj, s.k_weight, d, head_dim, k, h, b, lanes, params.query_block);
-        schedule_gemm(s.v_proj, s.v_weight, d, head_dim, k, h, b, lanes, params.query_block);
-    }
-
-    // `core` carries the attention tiles: the output itself, or attn_out at root when an output
-    // projection follows.
-    Func core = s.spec.projections.out ? s.attn_out : s.output;
-    if (s.spec.projections.out) {
-        s.attn_out.compute_root();
-        Var c = s.c, c_outer{"c_outer"}, c_inner{"c_inner"}, q_outer{"out_q_outer"},
-            q_inner{"out_q_inner"}, task{"out_proj_task"};
-        const int model_dim = s.spec.resolved_model_dim();
-        const int c_vec = vector_width_dividing(model_dim, lanes);
-        const int c_block = model_dim % (2 * c_vec) == 0 ? 2 * c_vec : c_vec;
-        s.o_weight.compute_root()
-            .reorder_storage(s.o_weight.args()[1], s.o_weight.args()[0])
-            .vectorize(s.o_weight.args()[1], lanes, TailStrategy::GuardWithIf);
-        s.output.split(c, c_outer, c_inner, c_block)
-            .split(q, q_outer, q_inner, params.query_block, TailStrategy::GuardWithIf)
-            .reorder(c_inner, q_inner, c_outer, q_outer, b)
-            .vectorize(c_inner, c_vec)
-            .fuse(q_outer, b, task)
-            .parallel(task);
-        s.out_proj.compute_at(s.output, c_outer)
-            .bound_extent(q, params.query_block)
-            .vectorize(c, c_vec)
-            .unroll(c)
-            .unroll(q);
-        s.out_proj.update()
-            .reorder(c, q, s.r_concat.x, s.r_concat.y)
-            .vectorize(c, c_vec)
-            .unroll(c)
-            .unroll(q);
+CpuScheduleParams x86_schedule_params(const Halide::Target &target) {
+    CpuScheduleParams params;
+    if (target.has_feature(Halide::Target::AVX512_Skylake) ||
+        target.has_feature(Halide::Target::AVX512)) {
+        // 32 registers: 2 x 6 score accumulators, 6 x 2 for P·V.
+        params.query_vectors = 2;
+        params.key_block = 6;
+        params.query_block = 6;
+        params.d_vectors = 2;
+    } else if (target.has_feature(Halide::Target::AVX)) {
+        // 16 registers: 2 x 4 = 8 score accumulators, 4 x 2 = 8 for P·V.
+        params.query_vectors = 2;
+        params.key_block = 4;
+        params.query_block = 4;
+        params.d_vectors = 2;
     } else {
-        s.attn_out.compute_inline();
+        // SSE4.1: 16 registers of 4 floats; a 16-query tile is 4 vectors, 4 x 2 accumulators.
+        params.query_vectors = 4;
+        params.key_block = 2;
+        params.query_block = 4;
+        params.d_vectors = 2;
     }
-
-    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"};
-    Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
-    core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf)
-        .split(q_inner, q_block, q_lane, params.query_block)
-        .split(d, d_outer, d_inner, d_block)
-        .reorder(d_inner, q_lane, d_outer, q_block, q_outer, h, b)
-        .vectorize(d_inner, d_vec)
-        .unroll(q_lane)
-        .fuse(q_outer, h, tile)
-        .fuse(tile, b, tile)
-        .parallel(tile);
-
-    // Per tile: the scaled queries, transposed so that queries are the vector lanes.
-    // The last tile of a row may be short (GuardWithIf); bounding the extents of the stages
-    // inside a tile keeps their loops constant so they unroll and vectorize.
-    s.q_heads.in(s.scores)
-        .compute_at(core, tile)
-        .bound_extent(q, query_tile)
-        .reorder_storage(q, d)
-        .reorder(q, d)
-        .vectorize(q, lanes);
-
-    // Scores in register blocks of key_block keys x query_tile queries, masked as they are made.
-    Var k_outer{"k_outer"}, k_inner{"k_inner"};
-    s.masked.compute_at(core, tile)
-        .bound_extent(q, query_tile)
-        .reorder_storage(q, k)
-        .split(k, k_outer, k_inner, params.key_block)
-        .reorder(q, k_inner, k_outer)
-        .vectorize(q, lanes)
-        .unroll(k_inner);
-    s.scores.compute_at(s.masked, k_outer)
-        .bound_extent(q, query_tile)
-        .bound_extent(k, params.key_block)
-        .reorder_storage(q, k)
-        .reorder(q, k)
-        .vectorize(q, lanes)
-        .unroll(q)
-        .unroll(k);
-    s.scores.update()
-        .reorder(q, k, s.r_head_dim.x)
-        .vectorize(q, lanes)
-        .unroll(q)
-        .unroll(k);
-
-    // Softmax statistics vectorized along queries: no horizontal reductions.
-    s.row_max.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-    s.row_max.update().vectorize(q, lanes);
-    s.probs.compute_at(core, tile)
-        .bound_extent(q, query_tile)
-        .reorder_storage(q, k)
-        .reorder(q, k)
-        .vectorize(q, lanes);
-    s.row_sum.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-    s.row_sum.update().vectorize(q, lanes);
-
-    // P·V: accumulators for query_block queries x d_block features stay in registers.
-    s.weighted_sum.compute_at(core, d_outer)
-        .bound_extent(q, params.query_block)
-        .vectorize(d, d_vec)
-        .unroll(d)
-        .unroll(q);
-    s.weighted_sum.update()
-        .reorder(d, q, s.r_keys.x)
-        .vectorize(d, d_vec)
-        .unroll(d)
-        .unroll(q);
+    return params;
 }
 
 } // namespace attngen

@@ -22,7 +22,7 @@ int command_targets(int argc, char **argv) {
         for (const std::string &target : family.halide_targets)
             fmt::print("    - {}\n", target);
     }
-    fmt::print("any x86-64 Halide target string\n"
+    fmt::print("any x86-64 or arm-64 Halide target string\n"
                "    e.g. x86-64-linux-avx2-fma: one variant, no run-time dispatch\n");
     return exit_ok;
 }

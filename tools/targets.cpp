@@ -10,6 +10,10 @@ std::vector<TargetFamily> target_families() {
         {"x86-64-linux",
          "x86-64 Linux, one library with AVX-512, AVX2+FMA and SSE4.1 variants, chosen at run time",
          {"x86-64-linux-avx512_skylake", "x86-64-linux-avx2-fma-f16c", "x86-64-linux-sse41"}},
+        {"arm-64-linux",
+         "AArch64 Linux (NEON), with a variant for half-precision arithmetic (ARMv8.2 FP16), "
+         "chosen at run time",
+         {"arm-64-linux-arm_fp16", "arm-64-linux"}},
         {"host", "the machine running attngen: " + Halide::get_host_target().to_string(),
          {Halide::get_host_target().to_string()}},
     };
@@ -46,8 +50,9 @@ std::vector<std::string> expand_targets(const std::vector<std::string> &requeste
                     " are for different machines; compile each into its own library";
             return {};
         }
-        if (t.arch != Halide::Target::X86) {
-            error = "target " + target + " is not supported by this attngen yet (x86-64 only)";
+        if (t.arch != Halide::Target::X86 && !(t.arch == Halide::Target::ARM && t.bits == 64)) {
+            error = "target " + target +
+                    " is not supported by this attngen yet (x86-64 and arm-64 only)";
             return {};
         }
     }

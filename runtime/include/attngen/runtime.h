@@ -132,8 +132,11 @@ struct LayerInfo {
     int extra_count;
 };
 
-/** Which x86 code path a layer variant needs; baseline runs anywhere its target does. */
-enum class CpuVariant { automatic, avx512, avx2, baseline };
+/**
+ * Which CPU features a layer variant needs: x86 AVX-512 or AVX2+FMA, AArch64 half-precision
+ * arithmetic (arm_fp16), or nothing beyond its target's baseline.
+ */
+enum class CpuVariant { automatic, avx512, avx2, baseline, arm_fp16 };
 
 /** One compiled variant of a layer: the Halide target, what it needs, and its entry point. */
 struct LayerVariant {
