@@ -1,17 +1,23 @@
 # Generating attention layers at build time.
 #
-#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86] [TARGETS ...])
+#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86|arm] [TARGETS ...])
 #
-# runs attngen_generator for every target (default: the x86 multi-target set, dispatched at run
-# time), writes NAME.h (the typed entry point NAME(args) and NAME_layer()) with the attngen CLI
+# runs attngen_generator for every target (default: ATTNGEN_LAYER_TARGETS, the variants of the
+# machine the build is for, dispatched at run time), writes NAME.h (the typed entry point NAME(args) and NAME_layer()) with the attngen CLI
 # from the same parameters, and defines the library target NAME to link. All layers share the
 # one Halide runtime inside attngen_runtime.
 
-set(ATTNGEN_X86_TARGETS
-    x86-64-linux-avx512_skylake
-    x86-64-linux-avx2-fma-f16c
-    x86-64-linux-sse41
-    CACHE STRING "Halide targets of x86 layers, best first; the last is the baseline")
+# The targets of the machine the build is for, best first (the last is the baseline), as
+# `attngen targets` lists the x86-64-linux and arm-64-linux families.
+if (CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+    set(ATTNGEN_RUNTIME_TARGET arm-64-linux)
+    set(_attngen_targets arm-64-linux-arm_fp16 arm-64-linux)
+else ()
+    set(ATTNGEN_RUNTIME_TARGET x86-64-linux)
+    set(_attngen_targets x86-64-linux-avx512_skylake x86-64-linux-avx2-fma-f16c x86-64-linux-sse41)
+endif ()
+set(ATTNGEN_LAYER_TARGETS ${_attngen_targets}
+    CACHE STRING "Halide targets of the layers, best first; the last is the baseline")
 
 # The Halide runtime object every generated layer links against, once per build.
 function(attngen_add_halide_runtime output)
@@ -32,7 +38,7 @@ function(attngen_add_layer name)
         set(ARG_SCHEDULE auto)
     endif ()
     if (NOT ARG_TARGETS)
-        set(ARG_TARGETS ${ATTNGEN_X86_TARGETS})
+        set(ARG_TARGETS ${ATTNGEN_LAYER_TARGETS})
     endif ()
 
     add_halide_library(${name}_halide FROM attngen_generator
@@ -49,9 +55,9 @@ function(attngen_add_layer name)
     list(JOIN variant_targets "," variant_targets)
     set(header "${CMAKE_CURRENT_BINARY_DIR}/${name}.h")
     add_custom_command(OUTPUT "${header}"
-                       COMMAND attngen header --name ${name} --targets ${variant_targets}
+                       COMMAND attngen::attngen header --name ${name} --targets ${variant_targets}
                                -o "${header}" ${ARG_PARAMS}
-                       DEPENDS attngen
+                       DEPENDS attngen::attngen
                        VERBATIM)
     add_custom_target(${name}.header ALL DEPENDS "${header}")
 

@@ -3,8 +3,8 @@
 #   attngen_add_library(NAME
 #       SPEC file.attn                 # the layers' description
 #       [LAYERS a b ...]               # default: every layer of the file
-#       [TARGETS x86-64-linux ...]     # default: x86-64-linux; see `attngen targets`
-#       [SCHEDULE auto|x86|reference])
+#       [TARGETS x86-64-linux ...]     # default: the build's machine; see `attngen targets`
+#       [SCHEDULE auto|x86|arm|reference])
 #
 # runs `attngen compile` (re-run whenever the spec changes) and defines the library target NAME:
 # link it, and `#include "NAME.h"` for a typed entry point LAYER(args) per layer. The same
@@ -18,7 +18,9 @@ function(attngen_add_library name)
     if (NOT ARG_SPEC)
         message(FATAL_ERROR "attngen_add_library(${name}): SPEC file.attn is required")
     endif ()
-    if (NOT ARG_TARGETS)
+    if (NOT ARG_TARGETS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+        set(ARG_TARGETS arm-64-linux)
+    elseif (NOT ARG_TARGETS)
         set(ARG_TARGETS x86-64-linux)
     endif ()
     if (NOT ARG_SCHEDULE)
