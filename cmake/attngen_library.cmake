@@ -4,14 +4,15 @@
 #       SPEC file.attn                 # the layers' description
 #       [LAYERS a b ...]               # default: every layer of the file
 #       [TARGETS x86-64-linux ...]     # default: the build's machine; see `attngen targets`
-#       [SCHEDULE auto|x86|arm|reference])
+#       [SCHEDULE auto|x86|arm|reference]
+#       [SCHEDULE_PARAMS query_vectors=N,key_block=N,query_block=N,d_vectors=N])
 #
 # runs `attngen compile` (re-run whenever the spec changes) and defines the library target NAME:
 # link it, and `#include "NAME.h"` for a typed entry point LAYER(args) per layer. The same
 # function serves this repository's build and installed packages (find_package(attngen)).
 
 function(attngen_add_library name)
-    cmake_parse_arguments(ARG "" "SPEC;SCHEDULE" "LAYERS;TARGETS" ${ARGN})
+    cmake_parse_arguments(ARG "" "SPEC;SCHEDULE;SCHEDULE_PARAMS" "LAYERS;TARGETS" ${ARGN})
     if (ARG_UNPARSED_ARGUMENTS)
         message(FATAL_ERROR "attngen_add_library(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
     endif ()
@@ -29,6 +30,9 @@ function(attngen_add_library name)
     get_filename_component(spec "${ARG_SPEC}" ABSOLUTE)
 
     set(options --name ${name} --schedule ${ARG_SCHEDULE})
+    if (ARG_SCHEDULE_PARAMS)
+        list(APPEND options --schedule-params ${ARG_SCHEDULE_PARAMS})
+    endif ()
     foreach (target IN LISTS ARG_TARGETS)
         list(APPEND options --target ${target})
     endforeach ()

@@ -37,6 +37,8 @@ public:
     GeneratorParam<std::string> layer{"layer", ""};
     /** auto (by target), reference, x86 or arm. */
     GeneratorParam<std::string> schedule_name{"schedule", "auto"};
+    /** Register blocks of the CPU schedules, "key=value,..." (see schedules/schedule.h). */
+    GeneratorParam<std::string> schedule_params{"schedule_params", ""};
 
     void configure() {
         std::map<std::string, std::string> params;
@@ -85,7 +87,7 @@ public:
     void generate() {
         // Fixed extents become constraints the schedule can rely on; mins are always 0.
         for (auto &entry : inputs_)
-            constrain(*entry.second.first, entry.second.second);
+            constrain_argument(*entry.second.first, entry.second.second);
 
         BoundArguments bound;
         for (auto &entry : inputs_) {
@@ -99,11 +101,11 @@ public:
         AttentionInputs in = bind_inputs(spec_, bound);
 
         stages_ = build_attention(spec_, in, *out_);
-        constrain(*out_, out_dims_);
+        constrain_argument(*out_, out_dims_);
     }
 
     void schedule() {
-        std::string problem = apply_schedule(stages_, get_target(), schedule_name);
+        std::string problem = apply_schedule(stages_, get_target(), schedule_name, schedule_params);
         if (!problem.empty())
             fail(problem);
     }
@@ -112,15 +114,6 @@ private:
     /** Stops generation with a message; Halide reports it and the build step fails. */
     [[noreturn]] static void fail(const std::string &message) {
         throw Halide::CompileError("attngen: " + message);
-    }
-
-    template <typename Argument>
-    static void constrain(Argument &argument, const std::vector<TensorDim> &dims) {
-        for (size_t i = 0; i < dims.size(); i++) {
-            argument.dim(i).set_min(0);
-            if (dims[i].symbol == TensorDim::Symbol::fixed)
-                argument.dim(i).set_extent(dims[i].extent);
-        }
     }
 
     AttentionSpec spec_;

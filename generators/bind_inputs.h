@@ -22,4 +22,17 @@ struct BoundArguments {
 /** The algorithm's inputs for `spec` from its declared arguments. */
 AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arguments);
 
+/**
+ * Constrains a buffer argument (a Generator Input/Output or an ImageParam) as every generated
+ * layer is: mins 0, and the extents that are fixed at generation time.
+ */
+template <typename Argument>
+void constrain_argument(Argument &argument, const std::vector<TensorDim> &dims) {
+    for (size_t i = 0; i < dims.size(); i++) {
+        argument.dim(static_cast<int>(i)).set_min(0);
+        if (dims[i].symbol == TensorDim::Symbol::fixed)
+            argument.dim(static_cast<int>(i)).set_extent(dims[i].extent);
+    }
+}
+
 } // namespace attngen

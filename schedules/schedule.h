@@ -22,6 +22,15 @@ struct CpuScheduleParams {
 /** Every stage computed at root, serially: the baseline every other schedule must match. */
 void apply_reference_schedule(AttentionStages &stages, const Halide::Target &target);
 
+/**
+ * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_vectors, key_block,
+ * query_block, d_vectors; each 1..16). Returns an empty string, or what is wrong with `text`.
+ */
+std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
+
+/** The "key=value,..." form of `params`. */
+std::string to_string(const CpuScheduleParams &params);
+
 /** Parallel over batch x heads x query tiles, scores and softmax fused into each tile. */
 void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const CpuScheduleParams &params);
@@ -36,11 +45,12 @@ CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 bool is_schedule_name(const std::string &name);
 
 /**
- * Applies the named schedule ("auto", "reference", "x86" or "arm"). Returns an empty string on
- * success, or why the schedule does not fit the target.
+ * Applies the named schedule ("auto", "reference", "x86" or "arm"), with the CPU schedule's
+ * register blocks overridden by `cpu_params` ("key=value,...", see parse_cpu_schedule_params).
+ * Returns an empty string on success, or why the schedule or the parameters do not fit.
  */
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name);
+                           const std::string &name, const std::string &cpu_params = "");
 
 /** The widest power-of-two vector (at most `lanes`) that divides `extent`. */
 int vector_width_dividing(int extent, int lanes);

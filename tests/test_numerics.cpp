@@ -9,6 +9,7 @@
 #include "t_d32_bf16.h"
 #include "t_d32_f16.h"
 #include "t_d32_gqa_causal.h"
+#include "t_d48_odd_blocks.h"
 #include "t_d64_all_masks.h"
 #include "t_d64_mqa_padding.h"
 #include "t_d64_reference.h"
@@ -107,6 +108,10 @@ TEST_CASE("f16 storage with f32 accumulation matches the reference") {
 
 TEST_CASE("bf16 storage with f32 accumulation matches the reference") {
     check_against_reference(t_d32_bf16_layer(), 3203);
+}
+
+TEST_CASE("register blocks that divide nothing evenly match the reference") {
+    check_against_reference(t_d48_odd_blocks_layer(), 4801);
 }
 
 TEST_CASE("the plain reference schedule matches the reference") {

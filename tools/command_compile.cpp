@@ -38,7 +38,9 @@ void print_usage(std::FILE *stream) {
                "  --target T   x86-64-linux, host, or a Halide target string (attngen targets)\n"
                "  --layers     the layers to generate (default: all)\n"
                "  --name LIB   library name (default: FILE's name without .attn)\n"
-               "  --schedule   auto (default), x86, arm or reference\n");
+               "  --schedule   auto (default), x86, arm or reference\n"
+               "  --schedule-params query_vectors=N,key_block=N,query_block=N,d_vectors=N\n"
+               "               the CPU schedule's register blocks (default: the target's)\n");
 }
 
 std::string json_string(const std::string &text) {
@@ -94,7 +96,8 @@ std::string manifest_layer(const AttentionSpec &spec) {
 /** Runs the attention Generator for one layer; its objects land in `dir`. */
 int generate_layer(const std::string &file, const AttentionSpec &spec,
                    const std::vector<std::string> &targets, const std::string &schedule,
-                   const fs::path &dir, std::vector<std::string> &objects) {
+                   const std::string &schedule_params, const fs::path &dir,
+                   std::vector<std::string> &objects) {
     const std::string function = spec.name + halide_function_suffix();
     std::string target_list;
     for (const std::string &target : targets)
@@ -104,6 +107,8 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
                                       "-o",             dir.string(),      "target=" + target_list,
                                       "spec=" + file,   "layer=" + spec.name,
                                       "schedule=" + schedule};
+    if (!schedule_params.empty()) // GenGen refuses an empty value
+        words.push_back("schedule_params=" + schedule_params);
     std::vector<char *> argv;
     for (std::string &word : words)
         argv.push_back(word.data());
@@ -129,7 +134,8 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
 } // namespace
 
 int command_compile(int argc, char **argv) {
-    Arguments args = parse(argc, argv, 2, {"target", "output", "layers", "name", "schedule"},
+    Arguments args = parse(argc, argv, 2,
+                           {"target", "output", "layers", "name", "schedule", "schedule-params"},
                            {"help"});
     if (args.has("help")) {
         print_usage(stdout);
@@ -196,7 +202,8 @@ int command_compile(int argc, char **argv) {
     std::vector<std::string> objects;
     try {
         for (const AttentionSpec &layer : layers)
-            if (int status = generate_layer(file, layer, targets, schedule, dir, objects))
+            if (int status = generate_layer(file, layer, targets, schedule,
+                                            args.value("schedule-params"), dir, objects))
                 return status;
         Halide::create_static_library(objects, Halide::Target(targets.front()),
                                       (dir / ("lib" + library + ".a")).string());

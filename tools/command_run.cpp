@@ -32,6 +32,7 @@ void print_usage(std::FILE *stream) {
     fmt::print(stream,
                "usage: attngen run FILE --shape B,Lq[,Lk] [--layer NAME] [--scalar NAME=V ...]\n"
                "                   [--threads N] [--runs N] [--seed S] [--schedule S] [--no-check]\n"
+               "                   [--schedule-params query_vectors=N,key_block=N,...]\n"
                "\n"
                "Generates the layer for this machine, runs it on random input, prints its error\n"
                "against the double-precision reference and the median time of --runs runs.\n"
@@ -95,7 +96,8 @@ double read_as_double(const Halide::Buffer<> &buffer, size_t i) {
 
 int command_run(int argc, char **argv) {
     Arguments args = parse(argc, argv, 2,
-                           {"layer", "shape", "scalar", "threads", "runs", "seed", "schedule"},
+                           {"layer", "shape", "scalar", "threads", "runs", "seed", "schedule",
+                            "schedule-params"},
                            {"help", "no-check"});
     if (args.has("help")) {
         print_usage(stdout);
@@ -230,10 +232,9 @@ int command_run(int argc, char **argv) {
             fill(arg, -2, 2, rng);
         else
             fill(arg, -1, 1, rng);
-        for (int i = 0; i < image.dimensions(); i++) {
-            image.dim(i).set_min(0);
+        constrain_argument(image, entry.dims);
+        for (int i = 0; i < image.dimensions(); i++)
             bound.extents[name].push_back(image.dim(i).extent());
-        }
         image.set(arg.buffer);
         bound.buffers[name] = image;
         images.push_back(image);
@@ -241,7 +242,9 @@ int command_run(int argc, char **argv) {
 
     Halide::Func out("out");
     AttentionStages stages = build_attention(spec, bind_inputs(spec, bound), out);
-    if (std::string problem = apply_schedule(stages, target, schedule); !problem.empty()) {
+    if (std::string problem =
+            apply_schedule(stages, target, schedule, args.value("schedule-params"));
+        !problem.empty()) {
         fmt::print(stderr, "attngen run: {}\n", problem);
         return exit_user_error;
     }
