@@ -6,6 +6,7 @@
 #include "bench_d128_causal.h"
 #include "bench_d64.h"
 #include "bench_d64_causal.h"
+#include "machine_probes.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -430,16 +431,23 @@ int main(int argc, char **argv) {
 
     fmt::print("attngen vs OpenBLAS sgemm + softmax + sgemm: threads {}, seed {}, CPU {}\n",
                options.threads, seed, cpu_model());
+    const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(options.threads);
+    const double bandwidth = attngen_bench::measure_read_bandwidth(options.threads);
+    fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}), read "
+               "bandwidth {:.1f} GB/s\n",
+               options.threads, peak.gflops, peak.kind, bandwidth);
     fmt::print("f32, B={}, H={}, Lq = Lk = L; median of {} run{} after a warm-up", batch,
                layers[0]->info.heads, options.runs, options.runs == 1 ? "" : "s");
     if (options.runs > slow_runs)
         fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
-    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; ratio = BLAS ms / attngen ms\n"
+    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; ratio = BLAS ms / attngen ms;\n"
+               "peak = attngen GFLOP/s / measured FMA peak\n"
                "check: max|attngen - BLAS| <= {:g} * max|BLAS| + {:g}\n\n",
                relative_tolerance, absolute_tolerance);
     const std::string header =
-        fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>10} | {:>7} | {:>6} | {}", "D",
-                    "mask", "L", "attngen ms", "GFLOP/s", "BLAS ms", "GFLOP/s", "ratio", "check");
+        fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | {:>10} | {:>7} | {:>6} | {}",
+                    "D", "mask", "L", "attngen ms", "GFLOP/s", "peak", "BLAS ms", "GFLOP/s",
+                    "ratio", "check");
     fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
     std::fflush(stdout);
 
@@ -458,9 +466,12 @@ int main(int argc, char **argv) {
                 failures++;
             const double flops = 4.0 * double(batch * info.heads * length * length) *
                                  info.head_dim * (info.causal ? 0.5 : 1.0);
-            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {} | {} | {}\n", info.head_dim,
-                       info.causal ? "causal" : "none", length, column(row.attngen_ms, 10, 3),
-                       column(flops / row.attngen_ms * 1e-6, 7, 1), column(row.blas_ms, 10, 3),
+            const double gflops = flops / row.attngen_ms * 1e-6;
+            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {} | {} | {} | {}\n",
+                       info.head_dim, info.causal ? "causal" : "none", length,
+                       column(row.attngen_ms, 10, 3), column(gflops, 7, 1),
+                       column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
+                       column(row.blas_ms, 10, 3),
                        column(flops / row.blas_ms * 1e-6, 7, 1),
                        column(row.blas_ms / row.attngen_ms, 6, 2, "x"), row.check);
             std::fflush(stdout);

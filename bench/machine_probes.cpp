@@ -1,0 +1,127 @@
+// The FMA-peak and bandwidth probes (see machine_probes.h). The FMA loop keeps 12 independent
+// accumulator chains, enough to cover FMA latency on current x86 cores; the bandwidth loop XORs
+// 64-bit words, which compilers vectorize without reassociating floats.
+#include "machine_probes.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace attngen_bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr long fma_iterations = 40'000'000;
+constexpr int chains = 12;
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
+    __m256 acc[chains];
+    for (int j = 0; j < chains; j++)
+        acc[j] = _mm256_set1_ps(1.0f + 0.01f * j);
+    const __m256 scale = _mm256_set1_ps(0.999999f), offset = _mm256_set1_ps(1e-6f);
+    for (long i = 0; i < iterations; i++)
+        for (int j = 0; j < chains; j++)
+            acc[j] = _mm256_fmadd_ps(acc[j], scale, offset);
+    float sum = 0;
+    for (int j = 0; j < chains; j++)
+        sum += _mm256_cvtss_f32(acc[j]);
+    return sum;
+}
+
+__attribute__((target("avx512f"))) float fma_loop_avx512(long iterations) {
+    __m512 acc[chains];
+    for (int j = 0; j < chains; j++)
+        acc[j] = _mm512_set1_ps(1.0f + 0.01f * j);
+    const __m512 scale = _mm512_set1_ps(0.999999f), offset = _mm512_set1_ps(1e-6f);
+    for (long i = 0; i < iterations; i++)
+        for (int j = 0; j < chains; j++)
+            acc[j] = _mm512_fmadd_ps(acc[j], scale, offset);
+    float sum = 0;
+    for (int j = 0; j < chains; j++)
+        sum += _mm512_cvtss_f32(acc[j]);
+    return sum;
+}
+#endif
+
+/** Runs `work(index)` on `threads` threads at once and returns the wall time in seconds. */
+template <typename Work>
+double timed_on_threads(int threads, const Work &work) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; t++)
+        pool.emplace_back([&, t] {
+            ready++;
+            while (!go.load())
+                std::this_thread::yield();
+            work(t);
+        });
+    while (ready.load() < threads)
+        std::this_thread::yield();
+    auto start = Clock::now();
+    go = true;
+    for (std::thread &thread : pool)
+        thread.join();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+} // namespace
+
+FmaPeak measure_fma_peak(int threads) {
+    FmaPeak peak;
+    int lanes = 0;
+    float (*loop)(long) = nullptr;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        loop = fma_loop_avx512;
+        lanes = 16;
+        peak.kind = "avx512";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        loop = fma_loop_avx2;
+        lanes = 8;
+        peak.kind = "avx2";
+    }
+#endif
+    if (loop == nullptr) {
+        peak.kind = "unavailable";
+        return peak;
+    }
+    std::vector<float> sink(threads);
+    for (int trial = 0; trial < 3; trial++) {
+        double seconds = timed_on_threads(threads, [&](int t) { sink[t] = loop(fma_iterations); });
+        double flops = 2.0 * lanes * chains * double(fma_iterations) * threads;
+        peak.gflops = std::max(peak.gflops, flops / seconds * 1e-9);
+    }
+    return peak;
+}
+
+double measure_read_bandwidth(int threads) {
+    const size_t words = (size_t(256) << 20) / sizeof(uint64_t);
+    std::vector<uint64_t> buffer(words);
+    for (size_t i = 0; i < words; i++)
+        buffer[i] = i * 0x9e3779b97f4a7c15ull;
+    std::vector<uint64_t> sink(threads);
+    double best = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        double seconds = timed_on_threads(threads, [&](int t) {
+            const size_t begin = words * t / threads, end = words * (t + 1) / threads;
+            uint64_t folded = 0;
+            for (size_t i = begin; i < end; i++)
+                folded ^= buffer[i];
+            sink[t] = folded;
+        });
+        best = std::max(best, double(words * sizeof(uint64_t)) / seconds * 1e-9);
+    }
+    return best;
+}
+
+} // namespace attngen_bench

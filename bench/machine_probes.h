@@ -1,0 +1,20 @@
+// Small probes of the machine the benchmark runs on, so that results can be stated as a
+// fraction of what this machine can do rather than of a datasheet figure.
+#pragma once
+
+#include <string>
+
+namespace attngen_bench {
+
+struct FmaPeak {
+    double gflops = 0;   ///< best of three trials
+    std::string kind;    ///< "avx512", "avx2" or "scalar"
+};
+
+/** The f32 FMA throughput with `threads` threads: independent FMA chains, best of 3 trials. */
+FmaPeak measure_fma_peak(int threads);
+
+/** Read bandwidth in GB/s with `threads` threads streaming a 256 MiB buffer, best of 3. */
+double measure_read_bandwidth(int threads);
+
+} // namespace attngen_bench
