@@ -3,7 +3,27 @@
 
 #include "attngen/runtime.h"
 
+#include <string>
+
 namespace attngen::internal {
+
+/** The value called `name` in a list of (name, value) pairs, or nullptr. */
+template <typename List>
+auto find_named(List &list, const std::string &name) -> decltype(&list.front().second) {
+    for (auto &entry : list)
+        if (entry.first == name)
+            return &entry.second;
+    return nullptr;
+}
+
+/** The tensor (is_scalar false) or scalar that `info` declares under `name`, or nullptr. */
+inline const ExtraArgument *find_extra(const LayerInfo &info, const std::string &name,
+                                       bool is_scalar) {
+    for (int i = 0; i < info.extra_count; i++)
+        if (info.extras[i].is_scalar == is_scalar && name == info.extras[i].name)
+            return &info.extras[i];
+    return nullptr;
+}
 
 /** Installs the Halide hooks (error routing, scratch allocator) once. */
 void install_halide_hooks();

@@ -90,12 +90,10 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
             *data = input.tensor->data;
             return input.tensor;
         }
-    for (const auto &entry : args.tensors)
-        if (entry.first == name) {
-            *data = entry.second.data;
-            return &entry.second;
-        }
-    return nullptr;
+    const Tensor *declared = internal::find_named(args.tensors, name);
+    if (declared != nullptr)
+        *data = declared->data;
+    return declared;
 }
 
 } // namespace
@@ -127,17 +125,14 @@ Status run(const Layer &layer, const Arguments &args) {
             continue;
         }
         if (arg.kind == halide_argument_kind_input_scalar) {
-            const std::pair<std::string, double> *given = nullptr;
-            for (const auto &entry : args.scalars)
-                if (entry.first == arg.name)
-                    given = &entry;
+            const double *given = internal::find_named(args.scalars, arg.name);
             if (given == nullptr)
                 return Status::error("attngen: layer '" + std::string(layer.info.name) +
                                      "' needs scalar `" + arg.name + "` but it was not given");
             if (arg.type.code == halide_type_int)
-                scalars[i].i32 = static_cast<int32_t>(given->second);
+                scalars[i].i32 = static_cast<int32_t>(*given);
             else
-                scalars[i].f32 = static_cast<float>(given->second);
+                scalars[i].f32 = static_cast<float>(*given);
             argv[i] = &scalars[i];
             continue;
         }

@@ -1,5 +1,6 @@
 // Element types, Status and the tensor views applications build over their own memory.
 #include "attngen/runtime.h"
+#include "internal.h"
 
 #include <algorithm>
 
@@ -107,22 +108,18 @@ MutableTensor strided_mutable_view(void *data, DType dtype, std::initializer_lis
 }
 
 Arguments &Arguments::set_tensor(const std::string &name, const Tensor &tensor) {
-    for (auto &entry : tensors)
-        if (entry.first == name) {
-            entry.second = tensor;
-            return *this;
-        }
-    tensors.emplace_back(name, tensor);
+    if (Tensor *given = internal::find_named(tensors, name))
+        *given = tensor;
+    else
+        tensors.emplace_back(name, tensor);
     return *this;
 }
 
 Arguments &Arguments::set_scalar(const std::string &name, double value) {
-    for (auto &entry : scalars)
-        if (entry.first == name) {
-            entry.second = value;
-            return *this;
-        }
-    scalars.emplace_back(name, value);
+    if (double *given = internal::find_named(scalars, name))
+        *given = value;
+    else
+        scalars.emplace_back(name, value);
     return *this;
 }
 

@@ -1,6 +1,7 @@
 // Argument checking: every tensor against what the layer was generated for and against the
 // other tensors of the call, before any generated code runs.
 #include "attngen/runtime.h"
+#include "internal.h"
 
 #include <algorithm>
 #include <climits>
@@ -119,10 +120,7 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
     const Symbol keys = info.projections && !info.cross_attention ? Symbol::query_len
                                                                   : Symbol::key_len;
     for (const auto &entry : args.tensors) {
-        bool declared = false;
-        for (int i = 0; i < info.extra_count; i++)
-            declared = declared || (!info.extras[i].is_scalar && entry.first == info.extras[i].name);
-        if (!declared)
+        if (internal::find_extra(info, entry.first, false) == nullptr)
             return Status::error("attngen: tensor `" + entry.first + "` was given but layer '" +
                                  info.name + "' declares no tensor of that name");
     }
@@ -130,10 +128,8 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
         const ExtraArgument &extra = info.extras[i];
         if (extra.is_scalar)
             continue;
-        const Tensor *tensor = &absent;
-        for (const auto &entry : args.tensors)
-            if (entry.first == extra.name)
-                tensor = &entry.second;
+        const Tensor *given = internal::find_named(args.tensors, extra.name);
+        const Tensor *tensor = given != nullptr ? given : &absent;
         DimList dims{};
         for (int d = 0; d < extra.rank && d < Layout::max_rank; d++) {
             DimRule rule = extra.dims[d] == dim_batch     ? DimRule{"batch", Symbol::batch, 0}
@@ -152,10 +148,7 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
 /** The declared scalars: given by name, finite, and integral for i32 ones. */
 Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
     for (const auto &entry : args.scalars) {
-        const ExtraArgument *extra = nullptr;
-        for (int i = 0; i < info.extra_count; i++)
-            if (info.extras[i].is_scalar && entry.first == info.extras[i].name)
-                extra = &info.extras[i];
+        const ExtraArgument *extra = internal::find_extra(info, entry.first, true);
         if (extra == nullptr)
             return Status::error("attngen: scalar `" + entry.first + "` was given but layer '" +
                                  info.name + "' declares no scalar of that name");
@@ -171,10 +164,7 @@ Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
     for (int i = 0; i < info.extra_count; i++) {
         if (!info.extras[i].is_scalar)
             continue;
-        bool given = false;
-        for (const auto &entry : args.scalars)
-            given = given || entry.first == info.extras[i].name;
-        if (!given)
+        if (internal::find_named(args.scalars, info.extras[i].name) == nullptr)
             return Status::error("attngen: layer '" + std::string(info.name) + "' needs scalar `" +
                                  info.extras[i].name + "` but it was not given");
     }

@@ -83,11 +83,9 @@ TEST_CASE("document masking of packed sequences matches the plain predicate") {
             for (int64_t k = 0; k < keys; k++)
                 doc.ints[b * keys + k] = static_cast<int32_t>(3 * k / keys);
         const std::vector<int32_t> ids = doc.ints;
-        const int query_len = p.query_len;
-        r.visible = [ids, keys, query_len](int b, int, int q, int k) {
+        r.visible = [ids, keys](int b, int, int q, int k) {
             // Reads are clamped to the tensor: a query past Lk reads the last key's document.
             int64_t qi = std::min<int64_t>(q, keys - 1);
-            (void)query_len;
             return ids[b * keys + qi] == ids[b * keys + k];
         };
     });
