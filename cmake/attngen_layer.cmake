@@ -13,7 +13,8 @@ if (CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
     set(ATTNGEN_RUNTIME_TARGET arm-64-linux)
     set(_attngen_targets arm-64-linux-arm_fp16 arm-64-linux)
 else ()
-    set(ATTNGEN_RUNTIME_TARGET x86-64-linux)
+    # CUDA and OpenCL layers need the runtime's device modules; they cost nothing unused.
+    set(ATTNGEN_RUNTIME_TARGET x86-64-linux-cuda-opencl)
     set(_attngen_targets x86-64-linux-avx512_skylake x86-64-linux-avx2-fma-f16c x86-64-linux-sse41)
 endif ()
 set(ATTNGEN_LAYER_TARGETS ${_attngen_targets}

@@ -35,7 +35,7 @@ public:
     /** Alternatively, a .attn file and the layer of it to generate (the keys above unset). */
     GeneratorParam<std::string> spec_file{"spec", ""};
     GeneratorParam<std::string> layer{"layer", ""};
-    /** auto (by target), reference, x86 or arm. */
+    /** auto (by target), reference, x86, arm or cuda. */
     GeneratorParam<std::string> schedule_name{"schedule", "auto"};
     /** Register blocks of the CPU schedules, "key=value,..." (see schedules/schedule.h). */
     GeneratorParam<std::string> schedule_params{"schedule_params", ""};
@@ -63,7 +63,7 @@ public:
             fail(source.errors);
         spec_ = *source.spec;
         if (!is_schedule_name(schedule_name))
-            fail("schedule must be auto, reference, x86 or arm, got '" +
+            fail("schedule must be auto, reference, x86, arm or cuda, got '" +
                  std::string(schedule_name) + "'");
 
         for (const EntryArgument &arg : layer_arguments(spec_)) {

@@ -161,6 +161,14 @@ const char *cpu_variant_of(const std::string &target) {
     return "attngen::CpuVariant::baseline";
 }
 
+const char *device_of(const std::string &target) {
+    if (target.find("cuda") != std::string::npos)
+        return "attngen::Device::cuda";
+    if (target.find("opencl") != std::string::npos)
+        return "attngen::Device::opencl";
+    return "attngen::Device::cpu";
+}
+
 std::string layer_header(const AttentionSpec &spec, const std::vector<std::string> &targets) {
     return library_header({spec}, targets);
 }
@@ -184,8 +192,8 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
         // add_halide_library names each target's function <fn>-<target>; one target, <fn>.
         std::string symbol = targets.size() == 1 ? halide : halide + "-" + targets[i];
         thunks += variant_thunk(name, i, symbol, arguments);
-        variants += fmt::format("        {{\"{}\", {}, {}_variant_{}_argv}},\n", targets[i],
-                                cpu_variant_of(targets[i]), name, i);
+        variants += fmt::format("        {{\"{}\", {}, {}_variant_{}_argv, {}}},\n", targets[i],
+                                cpu_variant_of(targets[i]), name, i, device_of(targets[i]));
     }
     const Projections &proj = spec.projections;
     return fmt::format(

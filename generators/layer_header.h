@@ -29,4 +29,7 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
 /** The runtime's CpuVariant (as C++ source) a Halide target string needs. */
 const char *cpu_variant_of(const std::string &target);
 
+/** The attngen::Device a Halide target string runs on (cuda, opencl or cpu). */
+const char *device_of(const std::string &target);
+
 } // namespace attngen

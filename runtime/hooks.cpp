@@ -84,20 +84,50 @@ void install_halide_hooks() {
     std::call_once(once, [] {
         install_error_routing();
         install_scratch_allocator();
+        install_cuda_hooks();
     });
 }
 
 CpuVariant forced_cpu_variant() { return forced_variant.load(); }
 
-const LayerVariant *choose_variant(const Layer &layer) {
+const LayerVariant *choose_variant(const Layer &layer, bool device_tensors, std::string &why) {
+    const GpuPolicy policy = gpu_policy();
+    const bool gpu_wanted = device_tensors || policy != GpuPolicy::never;
+    const bool gpu_needed = device_tensors || policy == GpuPolicy::require;
+    std::string missing;
+    for (int i = 0; i < layer.variant_count; i++) {
+        const LayerVariant &variant = layer.variants[i];
+        if (variant.device == Device::cpu)
+            continue;
+        if (!gpu_wanted)
+            break;
+        if (gpu_variant_runs(variant)) {
+            dispatched = &variant;
+            record_device(variant.device);
+            return &variant;
+        }
+        missing += std::string(missing.empty() ? "" : ", ") + device_name(variant.device);
+    }
+    if (gpu_needed) {
+        why = missing.empty() ? "it has no GPU variant"
+                              : "no " + missing +
+                                    " driver and device that runs its GPU variants is present";
+        why += device_tensors ? ", and tensors were given as device pointers"
+                              : ", and the GPU policy is require";
+        return nullptr;
+    }
     const int allowed = rank_of(forced_variant.load());
     for (int i = 0; i < layer.variant_count; i++) {
         const LayerVariant &variant = layer.variants[i];
-        if (rank_of(variant.cpu) <= allowed && cpu_supports(variant.cpu)) {
+        if (variant.device == Device::cpu && rank_of(variant.cpu) <= allowed &&
+            cpu_supports(variant.cpu)) {
             dispatched = &variant;
+            record_device(Device::cpu);
             return &variant;
         }
     }
+    why = std::string("it has no variant this CPU can run with CPU variant ") +
+          cpu_variant_name(forced_variant.load());
     return nullptr;
 }
 

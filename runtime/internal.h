@@ -5,6 +5,8 @@
 
 #include <string>
 
+struct halide_buffer_t;
+
 namespace attngen::internal {
 
 /** The value called `name` in a list of (name, value) pairs, or nullptr. */
@@ -35,10 +37,30 @@ void install_error_routing();
 void install_scratch_allocator();
 
 /**
- * The variant of `layer` this call should run: the first the CPU supports and the forced
- * variant allows. Records it for last_cpu_variant(); nullptr when there is none.
+ * The variant of `layer` this call should run: a GPU variant when the GPU policy and the
+ * machine allow (always, when `device_tensors`), else the first the CPU supports and the forced
+ * variant allows. Records it for last_cpu_variant(); nullptr with `why` set when there is none.
  */
-const LayerVariant *choose_variant(const Layer &layer);
+const LayerVariant *choose_variant(const Layer &layer, bool device_tensors, std::string &why);
+
+/** Whether this machine can run a GPU variant (driver, device, CUDA compute capability). */
+bool gpu_variant_runs(const LayerVariant &variant);
+
+/** Records the device of the chosen variant for last_device() (gpu.cpp). */
+void record_device(Device device);
+
+/** Installs attngen's CUDA context and stream hooks into Halide's runtime (gpu.cpp). */
+void install_cuda_hooks();
+
+/**
+ * Prepares a tensor's buffer for a GPU variant: wraps a device pointer (no copy), or marks host
+ * input dirty so that Halide copies it in. detach_from_device undoes it after the call, copying
+ * a host output back first.
+ */
+Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer,
+                        bool on_device, bool is_output);
+Status detach_from_device(Device device, void *user_context, halide_buffer_t *buffer,
+                          bool on_device, bool is_output);
 
 /** The variant force_cpu_variant set (automatic by default). */
 CpuVariant forced_cpu_variant();

@@ -62,6 +62,9 @@ struct HalideView {
         buffer.dimensions = layout.rank;
         buffer.dim = dims;
     }
+    bool on_device = false;
+    bool is_output = false;
+
     HalideView(const HalideView &) = delete;
     HalideView &operator=(const HalideView &) = delete;
 };
@@ -72,7 +75,8 @@ union ScalarValue {
     int32_t i32;
 };
 
-const Layout *find_argument(const Arguments &args, const char *name, const void **data) {
+const Layout *find_argument(const Arguments &args, const char *name, const void **data,
+                            bool *on_device) {
     struct Named {
         const char *name;
         const Tensor *tensor;
@@ -88,11 +92,14 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
     for (const Named &input : inputs)
         if (std::strcmp(name, input.name) == 0) {
             *data = input.tensor->data;
+            *on_device = input.tensor->on_device;
             return input.tensor;
         }
     const Tensor *declared = internal::find_named(args.tensors, name);
-    if (declared != nullptr)
+    if (declared != nullptr) {
         *data = declared->data;
+        *on_device = declared->on_device;
+    }
     return declared;
 }
 
@@ -117,6 +124,7 @@ Status run(const Layer &layer, const Arguments &args) {
     std::vector<std::unique_ptr<HalideView>> views;
     std::vector<ScalarValue> scalars(metadata->num_arguments);
     bool has_user_context = false;
+    bool device_tensors = false;
     for (int i = 0; i < metadata->num_arguments; i++) {
         const halide_filter_argument_t &arg = metadata->arguments[i];
         if (std::strcmp(arg.name, "__user_context") == 0) {
@@ -138,30 +146,56 @@ Status run(const Layer &layer, const Arguments &args) {
         }
         const void *data = args.out.data;
         const Layout *layout = &args.out; // the one output, whatever Halide named it
-        if (arg.kind != halide_argument_kind_output_buffer)
-            layout = find_argument(args, arg.name, &data);
+        bool on_device = args.out.on_device;
+        const bool is_output = arg.kind == halide_argument_kind_output_buffer;
+        if (!is_output)
+            layout = find_argument(args, arg.name, &data, &on_device);
         if (layout == nullptr)
             return Status::error("attngen: layer '" + std::string(layer.info.name) +
                                  "' has an argument `" + arg.name +
                                  "` this runtime does not know; regenerate it with this attngen");
         views.push_back(std::make_unique<HalideView>(*layout, data));
+        views.back()->on_device = on_device;
+        views.back()->is_output = is_output;
+        device_tensors = device_tensors || on_device;
         argv[i] = &views.back()->buffer;
     }
     if (!has_user_context)
         return Status::error("attngen: layer '" + std::string(layer.info.name) +
                              "' was generated without the user_context feature");
 
-    const LayerVariant *variant = internal::choose_variant(layer);
+    std::string why;
+    const LayerVariant *variant = internal::choose_variant(layer, device_tensors, why);
     if (variant == nullptr) {
         std::string targets;
         for (int i = 0; i < layer.variant_count; i++)
             targets += std::string(i ? ", " : "") + layer.variants[i].target;
-        return Status::error("attngen: layer '" + std::string(layer.info.name) +
-                             "' has no variant this CPU can run with CPU variant " +
-                             cpu_variant_name(internal::forced_cpu_variant()) + "; it has " +
-                             targets);
+        return Status::error("attngen: layer '" + std::string(layer.info.name) + "' cannot run: " +
+                             why + "; it has " + targets);
     }
-    int result = variant->entry(argv.data());
+    const Device device = variant->device;
+    size_t attached = 0;
+    if (device != Device::cpu) {
+        for (; attached < views.size(); attached++) {
+            HalideView &view = *views[attached];
+            status = internal::attach_to_device(device, user_context, &view.buffer,
+                                                view.on_device, view.is_output);
+            if (!status)
+                break;
+        }
+    }
+    int result = status ? variant->entry(argv.data()) : 0;
+    // Undo every attach, copying a host output back, even when the call failed.
+    for (size_t i = 0; i < attached; i++) {
+        HalideView &view = *views[i];
+        Status detached = internal::detach_from_device(device, user_context, &view.buffer,
+                                                       view.on_device,
+                                                       view.is_output && result == 0);
+        if (status && result == 0 && !detached)
+            status = detached;
+    }
+    if (!status)
+        return status;
     if (result == 0)
         return Status();
     std::string message = context.halide_error.empty()

@@ -46,6 +46,7 @@ struct ArgRule {
     const char *why_not; ///< when not wanted: what the layer lacks
     DType dtype;
     DimList dims;
+    bool on_device = false;
 };
 
 struct Bound {
@@ -74,7 +75,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
 
     auto rule = [&](const char *name, const Tensor &tensor, bool wanted, const char *why_not,
                     DType dtype, DimList dims) {
-        return ArgRule{name,  &tensor, tensor.given(), tensor.data, wanted, why_not, dtype, dims};
+        return ArgRule{name,  &tensor, tensor.given(), tensor.data, wanted, why_not, dtype, dims,
+                       tensor.on_device};
     };
     std::vector<ArgRule> rules = {
         rule("query", args.query, !proj, "has projections: pass `x`", t,
@@ -140,7 +142,7 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
             dims.items[dims.count++] = rule;
         }
         rules.push_back(ArgRule{extra.name, tensor, tensor->given(), tensor->data, true, "",
-                                extra.dtype, dims});
+                                extra.dtype, dims, tensor->on_device});
     }
     return Status();
 }
@@ -334,17 +336,24 @@ Status validate(const Layer &layer, const Arguments &args) {
     }
 
     // The output must not share memory with any input.
+    // Host and device memory never overlap; device handles (a cl_mem is not an address) are
+    // compared for identity only.
     Span out_span = span_of(args.out, args.out.data);
     for (const ArgRule &rule : rules) {
-        if (!rule.given)
+        if (!rule.given || rule.on_device != args.out.on_device)
             continue;
         Span in_span = span_of(*rule.layout, rule.data);
-        if (in_span.first <= out_span.last && out_span.first <= in_span.last)
+        const bool overlaps = rule.on_device
+                                  ? rule.data == args.out.data
+                                  : in_span.first <= out_span.last && out_span.first <= in_span.last;
+        if (overlaps)
             return Status::error("attngen: `out` overlaps " + quoted(rule.name) +
                                  "; the output must not share memory with an input");
     }
 
-    if (info.key_padding) {
+    // Device key lengths are not read back to check: the kernels compare them with key
+    // positions only, so any value is safe (out-of-range values mask nothing or everything).
+    if (info.key_padding && !args.key_lengths.on_device) {
         const auto *lengths = static_cast<const int32_t *>(args.key_lengths.data);
         for (int64_t b = 0; b < batch; b++) {
             int32_t length = lengths[b * args.key_lengths.strides[0]];

@@ -14,34 +14,60 @@ int vector_width_dividing(int extent, int lanes) {
 }
 
 bool is_schedule_name(const std::string &name) {
-    return name == "auto" || name == "reference" || name == "x86" || name == "arm";
+    return name == "auto" || name == "reference" || name == "x86" || name == "arm" ||
+           name == "cuda";
 }
 
-std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params) {
+namespace {
+
+/** One schedule parameter: its name, where it goes and the values it may take. */
+struct ParamField {
+    const char *name;
+    int *value;
+    int max;
+};
+
+/** Parses "key=value,..." or "key:value,..." into `fields` (':' since GenGen reserves '='). */
+std::string parse_params(const std::string &text, std::initializer_list<ParamField> fields) {
+    std::string names;
+    for (const ParamField &field : fields)
+        names += std::string(names.empty() ? "" : ", ") + field.name;
     std::stringstream stream(text);
     std::string item;
     while (std::getline(stream, item, ',')) {
         if (item.empty())
             continue;
-        // key=value, or key:value where '=' cannot appear (GenGen's own key=value words).
         const size_t equals = item.find_first_of("=:");
         const std::string key = item.substr(0, equals);
-        int *field = key == "query_vectors" ? &params.query_vectors
-                     : key == "key_block"   ? &params.key_block
-                     : key == "query_block" ? &params.query_block
-                     : key == "d_vectors"   ? &params.d_vectors
-                                            : nullptr;
-        if (field == nullptr || equals == std::string::npos)
-            return "unknown schedule parameter '" + item +
-                   "'; expected query_vectors, key_block, query_block or d_vectors =N";
+        const ParamField *found = nullptr;
+        for (const ParamField &field : fields)
+            if (key == field.name)
+                found = &field;
+        if (found == nullptr || equals == std::string::npos)
+            return "unknown schedule parameter '" + item + "'; expected " + names + " =N";
         const std::string value = item.substr(equals + 1);
         char *end = nullptr;
         long number = std::strtol(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || number < 1 || number > 16)
-            return "schedule parameter " + key + " must be in 1..16, got '" + value + "'";
-        *field = static_cast<int>(number);
+        if (value.empty() || *end != '\0' || number < 1 || number > found->max)
+            return "schedule parameter " + key + " must be in 1.." + std::to_string(found->max) +
+                   ", got '" + value + "'";
+        *found->value = static_cast<int>(number);
     }
     return "";
+}
+
+} // namespace
+
+std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params) {
+    return parse_params(text, {{"query_vectors", &params.query_vectors, 16},
+                               {"key_block", &params.key_block, 16},
+                               {"query_block", &params.query_block, 16},
+                               {"d_vectors", &params.d_vectors, 16}});
+}
+
+std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
+    return parse_params(text, {{"query_tile", &params.query_tile, 128},
+                               {"key_chunk", &params.key_chunk, 128}});
 }
 
 std::string to_string(const CpuScheduleParams &params) {
@@ -51,35 +77,73 @@ std::string to_string(const CpuScheduleParams &params) {
            ",d_vectors=" + std::to_string(params.d_vectors);
 }
 
+std::string to_string(const GpuScheduleParams &params) {
+    return "query_tile=" + std::to_string(params.query_tile) +
+           ",key_chunk=" + std::to_string(params.key_chunk);
+}
+
+GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
+    // Pass 3 holds a K chunk, a V chunk, the probabilities of the chunk and the block's P·V
+    // accumulators in shared memory at once: keep them under 40 KiB of the 48 KiB a block may
+    // use without opting in.
+    GpuScheduleParams params;
+    const int head_dim = spec.resolved_head_dim();
+    const int heads = spec.group_size();
+    auto bytes = [&](const GpuScheduleParams &p) {
+        return 4 * (2 * p.key_chunk * head_dim + p.key_chunk * p.query_tile * heads +
+                    head_dim * p.query_tile * heads);
+    };
+    while (bytes(params) > 40 * 1024 && params.key_chunk > 8)
+        params.key_chunk /= 2;
+    while (bytes(params) > 40 * 1024 && params.query_tile > 1)
+        params.query_tile /= 2;
+    return params;
+}
+
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name, const std::string &cpu_params) {
+                           const std::string &name, const std::string &params) {
     if (name == "reference") {
         apply_reference_schedule(stages, target);
-        return cpu_params.empty() ? "" : "the reference schedule takes no schedule parameters";
+        return params.empty() ? "" : "the reference schedule takes no schedule parameters";
     }
+    const bool gpu = target.has_gpu_feature();
     const bool x86 = target.arch == Halide::Target::X86;
     const bool arm = target.arch == Halide::Target::ARM && target.bits == 64;
+    if (name == "cuda" || (name == "auto" && gpu)) {
+        if (!gpu)
+            return "schedule 'cuda' needs a GPU target (cuda or opencl), got " +
+                   target.to_string();
+        GpuScheduleParams gpu_params = gpu_schedule_params(stages.spec);
+        if (std::string problem = parse_gpu_schedule_params(params, gpu_params);
+            !problem.empty())
+            return problem;
+        apply_gpu_schedule(stages, target, gpu_params);
+        return "";
+    }
+    if (gpu)
+        return "schedule '" + name + "' is a CPU schedule; a GPU target (" + target.to_string() +
+               ") needs schedule cuda or auto";
     if (name == "x86" || (name == "auto" && x86)) {
         if (!x86)
             return "schedule 'x86' needs an x86 target, got " + target.to_string();
-        CpuScheduleParams params = x86_schedule_params(target);
-        if (std::string problem = parse_cpu_schedule_params(cpu_params, params); !problem.empty())
+        CpuScheduleParams cpu_params = x86_schedule_params(target);
+        if (std::string problem = parse_cpu_schedule_params(params, cpu_params); !problem.empty())
             return problem;
-        apply_cpu_schedule(stages, target, params);
+        apply_cpu_schedule(stages, target, cpu_params);
         return "";
     }
     if (name == "arm" || (name == "auto" && arm)) {
         if (!arm)
             return "schedule 'arm' needs an arm-64 target, got " + target.to_string();
-        CpuScheduleParams params = arm_schedule_params(target);
-        if (std::string problem = parse_cpu_schedule_params(cpu_params, params); !problem.empty())
+        CpuScheduleParams cpu_params = arm_schedule_params(target);
+        if (std::string problem = parse_cpu_schedule_params(params, cpu_params); !problem.empty())
             return problem;
-        apply_cpu_schedule(stages, target, params);
+        apply_cpu_schedule(stages, target, cpu_params);
         return "";
     }
     if (name == "auto")
         return "no schedule for target " + target.to_string() + " yet; use schedule=reference";
-    return "unknown schedule '" + name + "'; expected auto, reference, x86 or arm";
+    return "unknown schedule '" + name + "'; expected auto, reference, x86, arm or cuda";
 }
 
 } // namespace attngen

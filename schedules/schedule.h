@@ -19,6 +19,15 @@ struct CpuScheduleParams {
     int d_vectors = 2;     ///< vectors of head_dim per register block of P·V (at most)
 };
 
+/**
+ * The GPU schedule's tiles: a thread block computes query_tile queries of every head of one kv
+ * head's group and walks the keys key_chunk at a time through shared memory.
+ */
+struct GpuScheduleParams {
+    int query_tile = 32; ///< queries per thread block
+    int key_chunk = 32;  ///< keys staged in shared memory per step
+};
+
 /** Every stage computed at root, serially: the baseline every other schedule must match. */
 void apply_reference_schedule(AttentionStages &stages, const Halide::Target &target);
 
@@ -35,22 +44,39 @@ std::string to_string(const CpuScheduleParams &params);
 void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const CpuScheduleParams &params);
 
+/**
+ * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_tile 1..128,
+ * key_chunk 1..128). Returns an empty string, or what is wrong with `text`.
+ */
+std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params);
+
+/** The "key=value,..." form of `params`. */
+std::string to_string(const GpuScheduleParams &params);
+
+/** One thread block per (query tile, kv head, batch), K/V chunks staged in shared memory. */
+void apply_gpu_schedule(AttentionStages &stages, const Halide::Target &target,
+                        const GpuScheduleParams &params);
+
+/** GPU tiles for the spec's head_dim that keep a block's shared memory under 48 KiB. */
+GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec);
+
 /** Register blocks for x86 (16 registers for SSE/AVX2, 32 for AVX-512). */
 CpuScheduleParams x86_schedule_params(const Halide::Target &target);
 
 /** Register blocks for AArch64 NEON (32 registers of 4 floats). */
 CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 
-/** The schedule names apply_schedule accepts: "auto" picks by target. */
+/** The schedule names apply_schedule accepts: "auto" picks by target (cuda for GPU targets). */
 bool is_schedule_name(const std::string &name);
 
 /**
- * Applies the named schedule ("auto", "reference", "x86" or "arm"), with the CPU schedule's
- * register blocks overridden by `cpu_params` ("key=value,...", see parse_cpu_schedule_params).
+ * Applies the named schedule ("auto", "reference", "x86", "arm" or "cuda"), with the family's
+ * parameters overridden by `params` ("key=value,...", see parse_cpu_schedule_params and
+ * parse_gpu_schedule_params). "cuda" is the GPU schedule for any GPU target (CUDA, OpenCL).
  * Returns an empty string on success, or why the schedule or the parameters do not fit.
  */
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name, const std::string &cpu_params = "");
+                           const std::string &name, const std::string &params = "");
 
 /** The widest power-of-two vector (at most `lanes`) that divides `extent`. */
 int vector_width_dividing(int extent, int lanes);

@@ -21,44 +21,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <random>
 
 using namespace attngen_test;
 
 namespace {
-
-struct Shape {
-    int batch, query_len, key_len;
-};
-
-/** Fixed corner shapes plus random ones drawn from the seed. */
-std::vector<Shape> shapes_for(uint32_t seed) {
-    std::vector<Shape> shapes = {{1, 1, 1},  {1, 1, 37}, {1, 37, 1}, {2, 7, 7},
-                                 {3, 17, 23}, {1, 33, 16}, {2, 64, 64}, {1, 45, 130}};
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> batch(1, 3), length(1, 100);
-    for (int i = 0; i < 4; i++)
-        shapes.push_back({batch(rng), length(rng), length(rng)});
-    return shapes;
-}
-
-/** Runs `layer` on random problems of every shape and checks each against the reference. */
-void check_against_reference(const attngen::Layer &layer, uint32_t base_seed) {
-    const uint32_t seed = test_seed(base_seed);
-    INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
-    const double tolerance = tolerance_for(layer.info.dtype);
-    uint32_t problem_seed = seed;
-    for (const Shape &shape : shapes_for(seed)) {
-        Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len, ++problem_seed);
-        OutputBuffer out(layer.info.dtype, problem.out_elements());
-        attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
-        INFO(describe(problem, problem_seed) << ": " << status.message());
-        REQUIRE(status.ok());
-        double error = relative_error(out.values(), reference_attention(problem.reference()));
-        INFO("relative error " << error << ", tolerance " << tolerance);
-        CHECK(error <= tolerance);
-    }
-}
 
 } // namespace
 

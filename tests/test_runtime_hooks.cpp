@@ -82,8 +82,8 @@ TEST_CASE("a layer with no variant the CPU may run is refused with its targets")
     const std::vector<float> before = out.values();
     attngen::Status status = attngen::run(avx2_only, problem.arguments(out.data()));
     REQUIRE_FALSE(status.ok());
-    CHECK(status.message() == "attngen: layer 't_d64_all_masks' has no variant this CPU can run "
-                              "with CPU variant baseline; it has " +
+    CHECK(status.message() == "attngen: layer 't_d64_all_masks' cannot run: it has no variant "
+                              "this CPU can run with CPU variant baseline; it has " +
                                   std::string(better.target));
     CHECK(out.values() == before);
 }

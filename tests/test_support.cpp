@@ -1,6 +1,8 @@
 // Random problems and error measures for the tests.
 #include "test_support.h"
 
+#include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -329,6 +331,40 @@ std::string describe(const Problem &problem, uint32_t seed) {
     return std::string("layer=") + problem.info.name + " B=" + std::to_string(problem.batch) +
            " Lq=" + std::to_string(problem.query_len) + " Lk=" + std::to_string(problem.key_len) +
            " seed=" + std::to_string(seed);
+}
+
+std::vector<Shape> shapes_for(uint32_t seed) {
+    std::vector<Shape> shapes = {{1, 1, 1},  {1, 1, 37}, {1, 37, 1}, {2, 7, 7},
+                                 {3, 17, 23}, {1, 33, 16}, {2, 64, 64}, {1, 45, 130}};
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> batch(1, 3), length(1, 100);
+    for (int i = 0; i < 4; i++)
+        shapes.push_back({batch(rng), length(rng), length(rng)});
+    return shapes;
+}
+
+std::vector<Shape> decode_shapes() {
+    return {{1, 1, 300}, {2, 4, 129}, {1, 16, 517}, {3, 9, 64}};
+}
+
+void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
+                             const std::vector<Shape> &extra_shapes) {
+    const uint32_t seed = test_seed(base_seed);
+    INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    const double tolerance = tolerance_for(layer.info.dtype);
+    uint32_t problem_seed = seed;
+    std::vector<Shape> shapes = shapes_for(seed);
+    shapes.insert(shapes.end(), extra_shapes.begin(), extra_shapes.end());
+    for (const Shape &shape : shapes) {
+        Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len, ++problem_seed);
+        OutputBuffer out(layer.info.dtype, problem.out_elements());
+        attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+        INFO(describe(problem, problem_seed) << ": " << status.message());
+        REQUIRE(status.ok());
+        double error = relative_error(out.values(), reference_attention(problem.reference()));
+        INFO("relative error " << error << ", tolerance " << tolerance);
+        CHECK(error <= tolerance);
+    }
 }
 
 } // namespace attngen_test

@@ -73,4 +73,22 @@ double tolerance_for(attngen::DType dtype);
 /** "B=2 Lq=17 Lk=33 seed=123" for messages. */
 std::string describe(const Problem &problem, uint32_t seed);
 
+/** A call's batch size and lengths. */
+struct Shape {
+    int batch, query_len, key_len;
+};
+
+/** Fixed corner shapes (Lq or Lk = 1, odd lengths, Lq != Lk, batch > 1) and random ones. */
+std::vector<Shape> shapes_for(uint32_t seed);
+
+/** Decode shapes: Lq of 1 to 16 against longer key lengths. */
+std::vector<Shape> decode_shapes();
+
+/**
+ * Runs `layer` on random problems of every shape (shapes_for(seed) unless given) and checks each
+ * against the double-precision reference within tolerance_for(dtype).
+ */
+void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
+                             const std::vector<Shape> &extra_shapes = {});
+
 } // namespace attngen_test

@@ -38,7 +38,7 @@ void print_usage(std::FILE *stream) {
                "  --target T   x86-64-linux, host, or a Halide target string (attngen targets)\n"
                "  --layers     the layers to generate (default: all)\n"
                "  --name LIB   library name (default: FILE's name without .attn)\n"
-               "  --schedule   auto (default), x86, arm or reference\n"
+               "  --schedule   auto (default), x86, arm, cuda or reference\n"
                "  --schedule-params query_vectors=N,key_block=N,query_block=N,d_vectors=N\n"
                "               the CPU schedule's register blocks (default: the target's)\n");
 }
@@ -152,7 +152,7 @@ int command_compile(int argc, char **argv) {
     const std::string file = fs::absolute(args.positional[0]).string();
     const std::string schedule = args.value("schedule", "auto");
     if (!is_schedule_name(schedule)) {
-        fmt::print(stderr, "attngen compile: --schedule must be auto, x86, arm or reference, got '{}'\n",
+        fmt::print(stderr, "attngen compile: --schedule must be auto, x86, arm, cuda or reference, got '{}'\n",
                    schedule);
         return exit_user_error;
     }

@@ -143,7 +143,7 @@ int command_run(int argc, char **argv) {
         return usage_error("--runs must be in 1..1000, --threads in 0..1024, --seed in 0..2^32-1");
     const std::string schedule = args.value("schedule", "auto");
     if (!is_schedule_name(schedule))
-        return usage_error("--schedule must be auto, x86, arm or reference, got '" + schedule + "'");
+        return usage_error("--schedule must be auto, x86, arm, cuda or reference, got '" + schedule + "'");
 
     std::map<std::string, double> scalar_values;
     for (const std::string &word : args.values("scalar")) {

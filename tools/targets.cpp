@@ -14,6 +14,10 @@ std::vector<TargetFamily> target_families() {
          "AArch64 Linux (NEON), with a variant for half-precision arithmetic (ARMv8.2 FP16), "
          "chosen at run time",
          {"arm-64-linux-arm_fp16", "arm-64-linux"}},
+        {"cuda",
+         "NVIDIA GPUs through CUDA (PTX for compute capability 8.6 and 8.0, which newer GPUs "
+         "also run); add --target x86-64-linux for a CPU fallback in the same library",
+         {"x86-64-linux-cuda-cuda_capability_86", "x86-64-linux-cuda-cuda_capability_80"}},
         {"host", "the machine running attngen: " + Halide::get_host_target().to_string(),
          {Halide::get_host_target().to_string()}},
     };

@@ -45,15 +45,22 @@ struct Layout {
     int64_t strides[max_rank] = {}; ///< in elements; the innermost must be 1
 };
 
-/** A read-only tensor in caller memory. attngen never copies it. */
+/**
+ * A read-only tensor in caller memory. attngen never copies host memory for a CPU variant.
+ * `on_device` marks `data` as GPU memory of the API the layer's GPU variant runs on: a
+ * CUdeviceptr for CUDA, a cl_mem for OpenCL. Device tensors are wrapped, never copied, and need
+ * a GPU variant to run; host tensors given to a GPU variant are copied to the device and back.
+ */
 struct Tensor : Layout {
     const void *data = nullptr;
+    bool on_device = false;
     bool given() const { return rank != 0 || data != nullptr; }
 };
 
 /** A tensor attngen writes. Only the elements its shape and strides name are written. */
 struct MutableTensor : Layout {
     void *data = nullptr;
+    bool on_device = false; ///< as for Tensor
     bool given() const { return rank != 0 || data != nullptr; }
 };
 
@@ -132,6 +139,9 @@ struct LayerInfo {
     int extra_count;
 };
 
+/** Where a layer variant runs. */
+enum class Device { cpu, cuda, opencl };
+
 /**
  * Which CPU features a layer variant needs: x86 AVX-512 or AVX2+FMA, AArch64 half-precision
  * arithmetic (arm_fp16), or nothing beyond its target's baseline.
@@ -143,6 +153,7 @@ struct LayerVariant {
     const char *target;
     CpuVariant cpu;
     int (*entry)(void **args); ///< arguments in metadata order, Halide's argv convention
+    Device device = Device::cpu;
 };
 
 /**
@@ -186,6 +197,36 @@ CpuVariant last_cpu_variant();
 const char *last_target();
 
 const char *cpu_variant_name(CpuVariant variant);
+
+/**
+ * What run() does with a layer that has GPU variants:
+ *   prefer:  the GPU when a driver and a device are present, else the CPU variants (default);
+ *   require: the GPU, or an error naming what is missing;
+ *   never:   the CPU variants only.
+ * Device tensors need a GPU under every policy.
+ */
+enum class GpuPolicy { prefer, require, never };
+void set_gpu_policy(GpuPolicy policy);
+GpuPolicy gpu_policy();
+
+/** Whether a driver and at least one device of `device`'s API are present (checked once). */
+bool gpu_available(Device device);
+
+const char *device_name(Device device);
+
+/** The device the last successful dispatch on this thread chose (cpu before any). */
+Device last_device();
+
+/**
+ * Makes CUDA layers run in the app's own context and stream (a CUcontext and a CUstream, given
+ * as pointers so that this header needs no CUDA headers), so that they order with the app's
+ * other work and read memory it allocated there. With no context given attngen uses device 0's
+ * primary context (the one the CUDA runtime API and PyTorch use) and the stream given, or the
+ * default stream. Kernels are launched asynchronously on that stream when all tensors are on
+ * the device; host tensors are copied back before run() returns. Pass nullptr, nullptr to go
+ * back to the defaults.
+ */
+void set_cuda_context(void *context, void *stream);
 
 /**
  * Caps the scratch memory the generated code may hold at once (0 = no cap). A call that

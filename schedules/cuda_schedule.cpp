@@ -1,0 +1,207 @@
+// The GPU schedule (CUDA, and the same schedule on OpenCL, which CI runs on the CPU through PoCL).
+//
+// One thread block per (query tile, kv head, batch): the query heads of a grouped-query group
+// share the block, so each K/V chunk staged in shared memory serves every query of the tile and
+// every head of the group. Scores exist only per chunk: register micro-tiles per thread, then a
+// chunk in shared memory, never a whole row in global memory. The softmax statistics and P·V are
+// reductions over keys walked chunk by chunk (rfactor: each thread reduces one chunk in registers
+// and adds it once to the block's accumulator), in two passes over K:
+//   1. row_max: scores computed per chunk, the max kept per query;
+//   2. row_sum and P·V fused (compute_with): scores recomputed, exp(score - max) staged once per
+//      chunk, summed and multiplied with the staged V chunk.
+// The output is written once, threads along head_dim so the stores are coalesced.
+#include "schedule.h"
+
+namespace attngen {
+
+using Halide::Func;
+using Halide::RVar;
+using Halide::Stage;
+using Halide::TailStrategy;
+using Halide::Var;
+using Halide::VarOrRVar;
+
+namespace {
+
+/** The block's thread grid; every block-level stage is spread over it. */
+constexpr int threads_x = 16, threads_y = 16;
+
+/**
+ * Spreads `stage` over the block's threads: x over threads_x threads with `x_unroll` consecutive
+ * elements per thread, y likewise. What is left of x and y runs as serial loops around the
+ * threads. Returns the thread variables (x innermost).
+ */
+std::pair<Var, Var> spread(Stage stage, const VarOrRVar &x, int x_unroll, const VarOrRVar &y,
+                           int y_unroll, const std::string &prefix) {
+    Var xo{prefix + "_xo"}, xt{prefix + "_xt"}, xu{prefix + "_xu"};
+    Var yo{prefix + "_yo"}, yt{prefix + "_yt"}, yu{prefix + "_yu"};
+    stage.split(x, xo, xt, threads_x * x_unroll, TailStrategy::GuardWithIf)
+        .split(xt, xt, xu, x_unroll, TailStrategy::GuardWithIf)
+        .split(y, yo, yt, threads_y * y_unroll, TailStrategy::GuardWithIf)
+        .split(yt, yt, yu, y_unroll, TailStrategy::GuardWithIf)
+        .reorder(xu, yu, xt, yt, xo, yo)
+        .gpu_threads(xt, yt)
+        .unroll(xu)
+        .unroll(yu);
+    return {xt, yt};
+}
+
+/** Elements per thread so that `extent` covers `threads` threads (at least 1). */
+int per_thread(int extent, int threads) { return std::max(1, (extent + threads - 1) / threads); }
+
+/**
+ * A score micro-tile per thread: `scores` (k, q, h, b) computed inside the thread loop of
+ * `chunk`, its head_dim reduction running over register accumulators.
+ */
+void schedule_scores_in_thread(Func scores, Func chunk, const Var &thread, const Var &k,
+                               const Var &q, int key_unroll, int query_unroll) {
+    scores.compute_at(chunk, thread)
+        .bound_extent(k, key_unroll)
+        .bound_extent(q, query_unroll)
+        .unroll(k)
+        .unroll(q);
+    scores.update().reorder(k, q, scores.rvars(0)[0]).unroll(k).unroll(q);
+}
+
+} // namespace
+
+void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
+                        const GpuScheduleParams &params) {
+    (void)target;
+    const AttentionSpec &spec = s.spec;
+    const int head_dim = spec.resolved_head_dim();
+    const int group = spec.group_size();
+    const int query_tile = params.query_tile;
+    const int key_chunk = params.key_chunk;
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+
+    // Projections: plain register-tiled GEMM kernels at root, 4 x 4 outputs per thread.
+    auto gemm = [&](Func stage, const Var &row, const Var &outer0, const Var &outer1,
+                    const std::string &prefix) {
+        Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
+        Var xu{prefix + "_ux"}, yu{prefix + "_uy"};
+        Var x = stage.args()[0];
+        stage.compute_root()
+            .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2, TailStrategy::GuardWithIf)
+            .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
+            .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
+            .gpu_blocks(xo, yo, outer0)
+            .gpu_threads(xi, yi)
+            .unroll(xu)
+            .unroll(yu);
+        stage.update()
+            .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2, TailStrategy::GuardWithIf)
+            .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
+            .reorder(xu, yu, stage.rvars(0)[0], xi, yi, xo, yo, outer0, outer1)
+            .gpu_blocks(xo, yo, outer0)
+            .gpu_threads(xi, yi)
+            .unroll(xu)
+            .unroll(yu);
+    };
+    if (spec.projections.any()) {
+        gemm(s.q_proj, q, h, b, "qp");
+        gemm(s.k_proj, k, h, b, "kp");
+        gemm(s.v_proj, k, h, b, "vp");
+    }
+
+    Func core = spec.projections.out ? s.attn_out : s.output;
+    if (spec.projections.out) {
+        s.attn_out.compute_root();
+        Var c = s.c;
+        Var co{"op_bx"}, qo{"op_by"}, ci{"op_tx"}, qi{"op_ty"};
+        s.output.tile(c, q, co, qo, ci, qi, threads_x, threads_y, TailStrategy::GuardWithIf)
+            .gpu_blocks(co, qo, b)
+            .gpu_threads(ci, qi);
+        s.out_proj.compute_at(s.output, ci);
+        s.out_proj.update().unroll(s.r_concat.x, 4, TailStrategy::GuardWithIf);
+    } else {
+        s.attn_out.compute_inline();
+    }
+
+    // The block: a query tile of every head of one kv head's group. The output's own loop is
+    // spread over the threads along head_dim (coalesced stores).
+    Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"kv_head"}, hg{"head_in_group"};
+    core.split(h, kv, hg, group, TailStrategy::GuardWithIf)
+        .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf)
+        .reorder(d, qi, hg, qo, kv, b)
+        .gpu_blocks(qo, kv, b);
+    spread(core, d, 1, qi, 1, "out");
+
+    const int d_unroll = per_thread(head_dim, threads_x);
+    const int q_unroll = per_thread(query_tile, threads_y);
+    const int k_unroll = per_thread(key_chunk, threads_x);
+
+    // The chunk a pass stages: keys as the x threads, queries as the y threads.
+    auto stage_chunk = [&](Func chunk, Func scores, const Func &consumer, const RVar &chunk_var,
+                           const std::string &prefix) {
+        chunk.compute_at(consumer, chunk_var).bound_extent(k, key_chunk);
+        chunk.reorder(k, q, h);
+        auto threads = spread(chunk, k, k_unroll, q, q_unroll, prefix);
+        schedule_scores_in_thread(scores, chunk, threads.first, k, q, k_unroll, q_unroll);
+        // K chunk for these scores, head_dim along the threads (coalesced loads).
+        Func k_chunk = s.k_heads.in(scores);
+        k_chunk.compute_at(consumer, chunk_var).bound_extent(k, key_chunk);
+        spread(k_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), prefix + "_k");
+    };
+
+    // Pass 1, row_max: its own copy of the score stages (scores are recomputed, never kept).
+    // Cloned after rfactor, whose intermediate is what reads them.
+    {
+        Func stat = s.row_max;
+        stat.compute_at(core, qo);
+        spread(stat, q, q_unroll, h, 1, "max_init");
+        RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
+        Var u{"max_u"};
+        Func partial = stat.update()
+                           .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk,
+                                  TailStrategy::GuardWithIf)
+                           .rfactor(chunk_var, u);
+        stat.update().reorder(q, h, chunk_var);
+        auto threads = spread(stat.update(), q, q_unroll, h, 1, "max_update");
+        partial.compute_at(stat, threads.first).bound_extent(q, q_unroll).bound_extent(u, 1).unroll(q);
+        partial.update().reorder(q, key_in_chunk).unroll(q);
+        Func chunk = s.masked.clone_in(partial);
+        Func scores = s.scores.clone_in(chunk);
+        stage_chunk(chunk, scores, stat, chunk_var, "max");
+    }
+
+    // Pass 2: row_sum and P·V fused into one walk over the keys (compute_with), sharing the
+    // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
+    // q_unroll outputs per head of the group and adds its chunk's partial sums in registers.
+    RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
+    Var pv_u{"pv_u"};
+    s.weighted_sum.compute_at(core, qo);
+    spread(s.weighted_sum, d, d_unroll, q, q_unroll, "pv_init");
+    Func pv_partial = s.weighted_sum.update()
+                          .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk,
+                                 TailStrategy::GuardWithIf)
+                          .rfactor(chunk_var, pv_u);
+    s.weighted_sum.update().reorder(d, q, h, chunk_var);
+    auto pv_threads = spread(s.weighted_sum.update(), d, d_unroll, q, q_unroll, "pv_update");
+    pv_partial.compute_at(s.weighted_sum, pv_threads.first)
+        .bound_extent(q, q_unroll)
+        .bound_extent(pv_u, 1)
+        .unroll(q);
+    pv_partial.update().reorder(d, q, h, key_in_chunk).unroll(q);
+    if (head_dim % threads_x == 0) {
+        // Exact: threads_x x d_unroll == head_dim, so the micro-tile never leaves the head.
+        pv_partial.bound_extent(d, d_unroll).unroll(d);
+        pv_partial.update().unroll(d);
+    }
+
+    s.row_sum.compute_at(core, qo);
+    spread(s.row_sum, q, q_unroll, h, 1, "sum_init");
+    s.row_sum.update()
+        .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
+        .reorder(key_in_chunk, q, h, chunk_var);
+    spread(s.row_sum.update(), q, q_unroll, h, 1, "sum_update");
+    s.row_sum.update().compute_with(s.weighted_sum.update(), chunk_var);
+
+    s.masked.compute_inline();
+    stage_chunk(s.probs, s.scores, s.weighted_sum, chunk_var, "pv");
+    Func v_chunk = s.v_heads.in(pv_partial);
+    v_chunk.compute_at(s.weighted_sum, chunk_var);
+    spread(v_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), "pv_v");
+}
+
+} // namespace attngen

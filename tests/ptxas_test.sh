@@ -1,0 +1,72 @@
+#!/bin/bash
+# Compiles CUDA layers (tests/layers/gpu_kernels.attn) with `attngen compile --target cuda`,
+# extracts the PTX embedded in the library and assembles it with ptxas for sm_80 and sm_90.
+# Each module is assembled for the GPU its .target names (sm_80 or sm_86) and for sm_90. Fails
+# on an assembly error, on any spill, or on a kernel above the limits below; prints the resource
+# report. Halide sizes shared memory at launch (dynamic shared memory), so ptxas reports only the
+# static part; the schedule keeps its shared-memory estimate under 40 KiB (gpu_schedule_params).
+# Skips (exit 77) without ptxas, except under CI=true, where it must be there.
+#   usage: ptxas_test.sh ATTNGEN EXTRACT_PTX SOURCE_DIR WORK_DIR
+set -euo pipefail
+attngen=$1 extract=$2 source=$3 work=$4
+ptxas=${PTXAS:-/usr/local/cuda/bin/ptxas}
+# Per kernel: 128 registers lets two 256-thread blocks share an SM; 48 KiB is the static
+# shared memory a block may use without opting in.
+max_registers=128
+max_shared=49152 # static shared memory
+
+if [ ! -x "$ptxas" ]; then
+    if [ "${CI:-}" = true ]; then
+        echo "FAIL: no ptxas at $ptxas (the CUDA toolkit); CI must check the PTX"
+        exit 1
+    fi
+    echo "SKIP: no ptxas at $ptxas; set PTXAS to check the generated PTX"
+    exit 77
+fi
+
+rm -rf "$work" && mkdir -p "$work"
+"$attngen" compile "$source/tests/layers/gpu_kernels.attn" --target cuda -o "$work" >/dev/null
+"$extract" "$work/libgpu_kernels.a" "$work/module" >"$work/modules.txt"
+echo "$(wc -l <"$work/modules.txt") PTX modules in libgpu_kernels.a"
+
+failed=0
+while read -r module; do
+    own=$(sed -nE 's/^\.target (sm_[0-9]+).*/\1/p' "$module" | head -1)
+    for arch in $own sm_90; do
+        report="$module.$arch.txt"
+        if ! "$ptxas" -arch="$arch" -v -o /dev/null "$module" >"$report" 2>&1; then
+            echo "FAIL: ptxas -arch=$arch $(basename "$module"):"
+            cat "$report"
+            failed=1
+            continue
+        fi
+        # One "Compiling entry function" block per kernel: registers, shared memory, spills.
+        while read -r line; do
+            case "$line" in
+            *"Compiling entry function"*) kernel=$(sed -E "s/[^']*'([^']+)'.*/\1/" <<<"$line") ;;
+            *"bytes spill stores"*)
+                stores=$(sed -E 's/.* ([0-9]+) bytes spill stores.*/\1/' <<<"$line")
+                loads=$(sed -E 's/.* ([0-9]+) bytes spill loads.*/\1/' <<<"$line")
+                if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
+                    echo "FAIL: $arch $kernel spills ($stores bytes stored, $loads loaded)"
+                    failed=1
+                fi
+                ;;
+            *"Used "*" registers"*)
+                registers=$(sed -E 's/.*Used ([0-9]+) registers.*/\1/' <<<"$line")
+                shared=0
+                if grep -q "bytes smem" <<<"$line"; then
+                    shared=$(sed -E 's/.* ([0-9]+) bytes smem.*/\1/' <<<"$line")
+                fi
+                printf '%-6s %-60s %4s registers %6s bytes static smem\n' "$arch" "$kernel" \
+                    "$registers" "$shared"
+                if [ "$registers" -gt $max_registers ] || [ "$shared" -gt $max_shared ]; then
+                    echo "FAIL: $arch $kernel is above $max_registers registers or $max_shared bytes"
+                    failed=1
+                fi
+                ;;
+            esac
+        done <"$report"
+    done
+done <"$work/modules.txt"
+exit $failed
