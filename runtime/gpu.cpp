@@ -83,9 +83,10 @@ thread_local Device dispatched_device = Device::cpu;
 std::mutex cuda_mutex;
 void *app_context = nullptr;
 void *app_stream = nullptr;
-void *primary_context = nullptr;
 
 #if ATTNGEN_RUNTIME_GPU
+void *primary_context = nullptr;
+
 // Halide's CUDA runtime asks these for the context and stream of every launch and copy. They
 // replace Halide's defaults, which would create a context of their own: memory the app
 // allocated in its context would not be visible there.
