@@ -24,6 +24,7 @@ namespace {
 
 std::atomic<GpuPolicy> policy{GpuPolicy::prefer};
 
+#if ATTNGEN_RUNTIME_GPU
 /** libcuda, opened once; nullptr without a driver. */
 void *cuda_driver() {
     static void *handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -34,26 +35,30 @@ template <typename Function> Function driver_symbol(void *library, const char *n
     return library ? reinterpret_cast<Function>(dlsym(library, name)) : nullptr;
 }
 
-bool probe_cuda() {
+/** Initializes the CUDA driver and finds device 0; false without a driver or a device. */
+bool cuda_device_zero(int *device) {
     void *driver = cuda_driver();
     auto init = driver_symbol<int (*)(unsigned)>(driver, "cuInit");
-    auto count = driver_symbol<int (*)(int *)>(driver, "cuDeviceGetCount");
-    int devices = 0;
-    return init && count && init(0) == 0 && count(&devices) == 0 && devices > 0;
+    auto get = driver_symbol<int (*)(int *, int)>(driver, "cuDeviceGet");
+    return init && get && init(0) == 0 && get(device, 0) == 0;
 }
 
 /** The compute capability of CUDA device 0 as major * 10 + minor; 0 without one. */
 int probe_cuda_capability() {
-    void *driver = cuda_driver();
-    auto get = driver_symbol<int (*)(int *, int)>(driver, "cuDeviceGet");
-    auto attribute = driver_symbol<int (*)(int *, int, int)>(driver, "cuDeviceGetAttribute");
+    auto attribute =
+        driver_symbol<int (*)(int *, int, int)>(cuda_driver(), "cuDeviceGetAttribute");
     const int major_attribute = 75, minor_attribute = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
     int device = 0, major = 0, minor = 0;
-    if (!probe_cuda() || !get || !attribute || get(&device, 0) != 0 ||
+    if (!attribute || !cuda_device_zero(&device) ||
         attribute(&major, major_attribute, device) != 0 ||
         attribute(&minor, minor_attribute, device) != 0)
         return 0;
     return major * 10 + minor;
+}
+
+int cuda_capability() {
+    static const int capability = probe_cuda_capability();
+    return capability;
 }
 
 bool probe_opencl() {
@@ -76,6 +81,7 @@ bool probe_opencl() {
     }
     return false;
 }
+#endif
 
 thread_local Device dispatched_device = Device::cpu;
 
@@ -98,13 +104,10 @@ int acquire_cuda_context(void *user_context, void **context, bool create) {
         return 0;
     }
     if (primary_context == nullptr && create) {
-        void *driver = cuda_driver();
-        auto init = driver_symbol<int (*)(unsigned)>(driver, "cuInit");
-        auto get = driver_symbol<int (*)(int *, int)>(driver, "cuDeviceGet");
-        auto retain = driver_symbol<int (*)(void **, int)>(driver, "cuDevicePrimaryCtxRetain");
+        auto retain =
+            driver_symbol<int (*)(void **, int)>(cuda_driver(), "cuDevicePrimaryCtxRetain");
         int device = 0;
-        if (!init || !get || !retain || init(0) != 0 || get(&device, 0) != 0 ||
-            retain(&primary_context, device) != 0) {
+        if (!retain || !cuda_device_zero(&device) || retain(&primary_context, device) != 0) {
             *context = nullptr;
             return halide_error_code_generic_error;
         }
@@ -146,39 +149,15 @@ GpuPolicy gpu_policy() { return policy.load(); }
 
 bool gpu_available(Device device) {
 #if ATTNGEN_RUNTIME_GPU
-    static const bool cuda = probe_cuda();
     static const bool opencl = probe_opencl();
-    return device == Device::cpu || (device == Device::cuda && cuda) ||
+    return device == Device::cpu || (device == Device::cuda && cuda_capability() > 0) ||
            (device == Device::opencl && opencl);
 #else
-    (void)probe_cuda;
-    (void)probe_opencl;
     return device == Device::cpu;
 #endif
 }
 
 Device last_device() { return dispatched_device; }
-
-namespace internal {
-
-bool gpu_variant_runs(const LayerVariant &variant) {
-    if (!gpu_available(variant.device))
-        return false;
-    if (variant.device != Device::cuda)
-        return true;
-    // PTX for capability N runs on devices of capability N and newer.
-    const char *at = std::strstr(variant.target, "cuda_capability_");
-    const int needed = at ? std::atoi(at + std::strlen("cuda_capability_")) : 0;
-#if ATTNGEN_RUNTIME_GPU
-    static const int capability = probe_cuda_capability();
-#else
-    const int capability = 0;
-    (void)probe_cuda_capability;
-#endif
-    return needed <= capability;
-}
-
-} // namespace internal
 
 void set_cuda_context(void *context, void *stream) {
     std::lock_guard<std::mutex> lock(cuda_mutex);
@@ -187,6 +166,19 @@ void set_cuda_context(void *context, void *stream) {
 }
 
 namespace internal {
+
+bool gpu_variant_runs(const LayerVariant &variant) {
+#if ATTNGEN_RUNTIME_GPU
+    if (!gpu_available(variant.device))
+        return false;
+    // PTX for capability N runs on devices of capability N and newer.
+    const char *at = std::strstr(variant.target, "cuda_capability_");
+    const int needed = at ? std::atoi(at + std::strlen("cuda_capability_")) : 0;
+    return variant.device != Device::cuda || needed <= cuda_capability();
+#else
+    return gpu_available(variant.device);
+#endif
+}
 
 void record_device(Device device) { dispatched_device = device; }
 
@@ -199,13 +191,6 @@ void install_cuda_hooks() {
 }
 
 #if ATTNGEN_RUNTIME_GPU
-namespace {
-const halide_device_interface_t *interface_of(Device device) {
-    return device == Device::cuda ? halide_cuda_device_interface()
-                                  : halide_opencl_device_interface();
-}
-} // namespace
-
 Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer,
                         bool on_device, bool is_output) {
     if (!on_device) {
@@ -223,7 +208,6 @@ Status attach_to_device(Device device, void *user_context, halide_buffer_t *buff
     if (result != 0)
         return Status::error(std::string("attngen: cannot wrap a ") + device_name(device) +
                              " device pointer (Halide error " + std::to_string(result) + ")");
-    (void)interface_of;
     return Status();
 }
 

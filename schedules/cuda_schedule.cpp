@@ -65,9 +65,8 @@ void schedule_scores_in_thread(Func scores, Func chunk, const Var &thread, const
 
 } // namespace
 
-void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
+void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
                         const GpuScheduleParams &params) {
-    (void)target;
     const AttentionSpec &spec = s.spec;
     const int head_dim = spec.resolved_head_dim();
     const int group = spec.group_size();
@@ -81,22 +80,20 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
         Var xu{prefix + "_ux"}, yu{prefix + "_uy"};
         Var x = stage.args()[0];
-        stage.compute_root()
-            .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2, TailStrategy::GuardWithIf)
-            .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
-            .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
-            .gpu_blocks(xo, yo, outer0)
-            .gpu_threads(xi, yi)
-            .unroll(xu)
-            .unroll(yu);
-        stage.update()
-            .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2, TailStrategy::GuardWithIf)
-            .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
-            .reorder(xu, yu, stage.rvars(0)[0], xi, yi, xo, yo, outer0, outer1)
-            .gpu_blocks(xo, yo, outer0)
-            .gpu_threads(xi, yi)
-            .unroll(xu)
-            .unroll(yu);
+        stage.compute_root();
+        // The same tiles for the bias (pure) stage and the accumulation, whose reduction runs
+        // inside each thread's 2 x 2 outputs.
+        for (Stage tiled : {Stage(stage), stage.update()}) {
+            tiled.tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2,
+                       TailStrategy::GuardWithIf)
+                .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
+                .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
+                .gpu_blocks(xo, yo, outer0)
+                .gpu_threads(xi, yi)
+                .unroll(xu)
+                .unroll(yu);
+        }
+        stage.update().reorder(xu, yu, stage.rvars(0)[0]);
     };
     if (spec.projections.any()) {
         gemm(s.q_proj, q, h, b, "qp");
@@ -144,45 +141,50 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         spread(k_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), prefix + "_k");
     };
 
-    // Pass 1, row_max: its own copy of the score stages (scores are recomputed, never kept).
-    // Cloned after rfactor, whose intermediate is what reads them.
-    {
-        Func stat = s.row_max;
+    // A block-level reduction over keys, chunk by chunk: rfactor per chunk, so that each
+    // thread reduces its share of a chunk in registers (the returned intermediate) and adds it
+    // once to the block's accumulator. `stat` is spread over the threads by (x, y); the chunk
+    // loop is outside the heads of the group, so a staged chunk serves all of them.
+    auto reduce_by_chunks = [&](Func stat, const Var &x, int x_unroll, const Var &y,
+                                int y_unroll, const RVar &chunk_var, const RVar &key_in_chunk,
+                                const std::string &prefix) {
         stat.compute_at(core, qo);
-        spread(stat, q, q_unroll, h, 1, "max_init");
-        RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
-        Var u{"max_u"};
+        spread(stat, x, x_unroll, y, y_unroll, prefix + "_init");
+        Var u{prefix + "_u"};
         Func partial = stat.update()
                            .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk,
                                   TailStrategy::GuardWithIf)
                            .rfactor(chunk_var, u);
-        stat.update().reorder(q, h, chunk_var);
-        auto threads = spread(stat.update(), q, q_unroll, h, 1, "max_update");
-        partial.compute_at(stat, threads.first).bound_extent(q, q_unroll).bound_extent(u, 1).unroll(q);
-        partial.update().reorder(q, key_in_chunk).unroll(q);
+        if (y.same_as(h))
+            stat.update().reorder(x, h, chunk_var);
+        else
+            stat.update().reorder(x, y, h, chunk_var);
+        auto threads = spread(stat.update(), x, x_unroll, y, y_unroll, prefix + "_update");
+        partial.compute_at(stat, threads.first)
+            .bound_extent(q, q_unroll)
+            .bound_extent(u, 1)
+            .unroll(q);
+        partial.update().reorder(x, y, key_in_chunk).unroll(q);
+        return partial;
+    };
+
+    // Pass 1, row_max: its own copy of the score stages (scores are recomputed, never kept).
+    // Cloned after rfactor, whose intermediate is what reads them.
+    {
+        RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
+        Func partial =
+            reduce_by_chunks(s.row_max, q, q_unroll, h, 1, chunk_var, key_in_chunk, "max");
         Func chunk = s.masked.clone_in(partial);
         Func scores = s.scores.clone_in(chunk);
-        stage_chunk(chunk, scores, stat, chunk_var, "max");
+        stage_chunk(chunk, scores, s.row_max, chunk_var, "max");
     }
 
     // Pass 2: row_sum and P·V fused into one walk over the keys (compute_with), sharing the
     // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
-    // q_unroll outputs per head of the group and adds its chunk's partial sums in registers.
+    // q_unroll outputs per head of the group.
     RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
-    Var pv_u{"pv_u"};
-    s.weighted_sum.compute_at(core, qo);
-    spread(s.weighted_sum, d, d_unroll, q, q_unroll, "pv_init");
-    Func pv_partial = s.weighted_sum.update()
-                          .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk,
-                                 TailStrategy::GuardWithIf)
-                          .rfactor(chunk_var, pv_u);
-    s.weighted_sum.update().reorder(d, q, h, chunk_var);
-    auto pv_threads = spread(s.weighted_sum.update(), d, d_unroll, q, q_unroll, "pv_update");
-    pv_partial.compute_at(s.weighted_sum, pv_threads.first)
-        .bound_extent(q, q_unroll)
-        .bound_extent(pv_u, 1)
-        .unroll(q);
-    pv_partial.update().reorder(d, q, h, key_in_chunk).unroll(q);
+    Func pv_partial = reduce_by_chunks(s.weighted_sum, d, d_unroll, q, q_unroll, chunk_var,
+                                       key_in_chunk, "pv");
     if (head_dim % threads_x == 0) {
         // Exact: threads_x x d_unroll == head_dim, so the micro-tile never leaves the head.
         pv_partial.bound_extent(d, d_unroll).unroll(d);

@@ -123,19 +123,15 @@ std::string apply_schedule(AttentionStages &stages, const Halide::Target &target
     if (gpu)
         return "schedule '" + name + "' is a CPU schedule; a GPU target (" + target.to_string() +
                ") needs schedule cuda or auto";
-    if (name == "x86" || (name == "auto" && x86)) {
-        if (!x86)
-            return "schedule 'x86' needs an x86 target, got " + target.to_string();
-        CpuScheduleParams cpu_params = x86_schedule_params(target);
-        if (std::string problem = parse_cpu_schedule_params(params, cpu_params); !problem.empty())
-            return problem;
-        apply_cpu_schedule(stages, target, cpu_params);
-        return "";
-    }
-    if (name == "arm" || (name == "auto" && arm)) {
-        if (!arm)
-            return "schedule 'arm' needs an arm-64 target, got " + target.to_string();
-        CpuScheduleParams cpu_params = arm_schedule_params(target);
+    const bool use_x86 = name == "x86" || (name == "auto" && x86);
+    const bool use_arm = name == "arm" || (name == "auto" && arm);
+    if (use_x86 && !x86)
+        return "schedule 'x86' needs an x86 target, got " + target.to_string();
+    if (use_arm && !arm)
+        return "schedule 'arm' needs an arm-64 target, got " + target.to_string();
+    if (use_x86 || use_arm) {
+        CpuScheduleParams cpu_params =
+            use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
         if (std::string problem = parse_cpu_schedule_params(params, cpu_params); !problem.empty())
             return problem;
         apply_cpu_schedule(stages, target, cpu_params);
