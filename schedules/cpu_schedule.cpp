@@ -6,6 +6,8 @@
 // come from the target family's file (x86_schedule.cpp, arm_schedule.cpp).
 #include "schedule.h"
 
+#include <algorithm>
+
 namespace attngen {
 
 using Halide::Func;
@@ -20,9 +22,8 @@ namespace {
  * register-tiled GEMM: a root wrapper is tiled (vector of `vec_var` x block of rows) and the
  * reduction runs inside each tile so that its accumulators live in registers.
  */
-void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent,
-                   const Var &row_var, const Var &outer0, const Var &outer1, int lanes,
-                   int row_block) {
+void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent, const Var &row_var,
+                   const Var &outer0, const Var &outer1, int lanes, int row_block) {
     const int vec = vector_width_dividing(vec_extent, lanes);
     const int vec_block = vec_extent % (2 * vec) == 0 ? 2 * vec : vec;
     Var vec_outer{vec_var.name() + "_outer"}, vec_inner{vec_var.name() + "_inner"};
@@ -65,6 +66,9 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     const int lanes = target.natural_vector_size<float>();
     const int head_dim = s.spec.resolved_head_dim();
     const int query_tile = params.query_vectors * lanes;
+    // A P·V block cannot be taller than the tile it splits: Halide would shift the last block
+    // below query 0 (found by `attngen tune`: query_block 12 with an 8-query tile).
+    const int query_block = std::min(params.query_block, query_tile);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     int d_block = d_vec;
     while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
@@ -123,7 +127,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"};
     Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
     core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf)
-        .split(q_inner, q_block, q_lane, params.query_block)
+        .split(q_inner, q_block, q_lane, query_block)
         .split(d, d_outer, d_inner, d_block)
         .reorder(d_inner, q_lane, d_outer, q_block, q_outer, h, b)
         .vectorize(d_inner, d_vec)
@@ -159,11 +163,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .vectorize(q, lanes)
         .unroll(q)
         .unroll(k);
-    s.scores.update()
-        .reorder(q, k, s.r_head_dim.x)
-        .vectorize(q, lanes)
-        .unroll(q)
-        .unroll(k);
+    s.scores.update().reorder(q, k, s.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
 
     // Softmax statistics vectorized along queries: no horizontal reductions.
     s.row_max.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
@@ -178,15 +178,11 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
 
     // P·V: accumulators for query_block queries x d_block features stay in registers.
     s.weighted_sum.compute_at(core, d_outer)
-        .bound_extent(q, params.query_block)
+        .bound_extent(q, query_block)
         .vectorize(d, d_vec)
         .unroll(d)
         .unroll(q);
-    s.weighted_sum.update()
-        .reorder(d, q, s.r_keys.x)
-        .vectorize(d, d_vec)
-        .unroll(d)
-        .unroll(q);
+    s.weighted_sum.update().reorder(d, q, s.r_keys.x).vectorize(d, d_vec).unroll(d).unroll(q);
 }
 
 } // namespace attngen
