@@ -1,6 +1,7 @@
 # Generating attention layers at build time.
 #
-#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86|arm] [TARGETS ...])
+#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86|arm] [TARGETS ...]
+#                     [SHAPE_CLASS prefill|decode])
 #
 # runs attngen_generator for every target (default: ATTNGEN_LAYER_TARGETS, the variants of the
 # machine the build is for, dispatched at run time), writes NAME.h (the typed entry point NAME(args) and NAME_layer()) with the attngen CLI
@@ -33,8 +34,30 @@ function(attngen_add_halide_runtime output)
                        VERBATIM)
 endfunction()
 
+# Tuned schedule parameters (attngen tune export) that generation looks up per layer and target.
+get_filename_component(_attngen_tuned "${CMAKE_CURRENT_LIST_DIR}/../schedules/tuned" ABSOLUTE)
+set(ATTNGEN_TUNED_DIR "${_attngen_tuned}"
+    CACHE PATH "Tuned schedule tables; empty for the hand-written defaults only")
+# The generator reads the tables itself, which CMake cannot see: a digest of them on its
+# command line makes the layers regenerate when a table changes (the glob re-runs CMake).
+file(GLOB _attngen_tuned_tables CONFIGURE_DEPENDS "${ATTNGEN_TUNED_DIR}/*.json")
+set(_attngen_tuned_digest "")
+foreach (table IN LISTS _attngen_tuned_tables)
+    file(SHA1 "${table}" table_digest)
+    string(APPEND _attngen_tuned_digest "${table_digest}")
+endforeach ()
+string(SHA1 _attngen_tuned_digest "${_attngen_tuned_digest}")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_attngen_tuned_tables})
+
 function(attngen_add_layer name)
-    cmake_parse_arguments(ARG "" "SCHEDULE" "PARAMS;TARGETS" ${ARGN})
+    cmake_parse_arguments(ARG "" "SCHEDULE;SHAPE_CLASS" "PARAMS;TARGETS" ${ARGN})
+    if (NOT ARG_SHAPE_CLASS)
+        set(ARG_SHAPE_CLASS prefill)
+    endif ()
+    set(tuned_param)
+    if (ATTNGEN_TUNED_DIR) # GenGen refuses an empty value
+        set(tuned_param "tuned=${ATTNGEN_TUNED_DIR}" "tuned_digest=${_attngen_tuned_digest}")
+    endif ()
     if (NOT ARG_SCHEDULE)
         set(ARG_SCHEDULE auto)
     endif ()
@@ -48,7 +71,8 @@ function(attngen_add_layer name)
                        TARGETS ${ARG_TARGETS}
                        FEATURES user_context
                        USE_RUNTIME attngen_runtime
-                       PARAMS ${ARG_PARAMS} schedule=${ARG_SCHEDULE})
+                       PARAMS ${ARG_PARAMS} schedule=${ARG_SCHEDULE}
+                              ${tuned_param} shape_class=${ARG_SHAPE_CLASS})
 
     # The header binds each target's function, named as add_halide_library names it.
     set(variant_targets ${ARG_TARGETS})

@@ -5,14 +5,16 @@
 #       [LAYERS a b ...]               # default: every layer of the file
 #       [TARGETS x86-64-linux ...]     # default: the build's machine; see `attngen targets`
 #       [SCHEDULE auto|x86|arm|reference]
-#       [SCHEDULE_PARAMS query_vectors=N,key_block=N,query_block=N,d_vectors=N])
+#       [SCHEDULE_PARAMS query_vectors=N,key_block=N,query_block=N,d_vectors=N]
+#       [SHAPE_CLASS prefill|decode]   # which tuned record to use (default prefill)
+#       [TUNED dir])                   # tuned tables (default: the ones attngen ships)
 #
 # runs `attngen compile` (re-run whenever the spec changes) and defines the library target NAME:
 # link it, and `#include "NAME.h"` for a typed entry point LAYER(args) per layer. The same
 # function serves this repository's build and installed packages (find_package(attngen)).
 
 function(attngen_add_library name)
-    cmake_parse_arguments(ARG "" "SPEC;SCHEDULE;SCHEDULE_PARAMS" "LAYERS;TARGETS" ${ARGN})
+    cmake_parse_arguments(ARG "" "SPEC;SCHEDULE;SCHEDULE_PARAMS;SHAPE_CLASS;TUNED" "LAYERS;TARGETS" ${ARGN})
     if (ARG_UNPARSED_ARGUMENTS)
         message(FATAL_ERROR "attngen_add_library(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
     endif ()
@@ -33,6 +35,15 @@ function(attngen_add_library name)
     if (ARG_SCHEDULE_PARAMS)
         list(APPEND options --schedule-params ${ARG_SCHEDULE_PARAMS})
     endif ()
+    if (ARG_SHAPE_CLASS)
+        list(APPEND options --shape-class ${ARG_SHAPE_CLASS})
+    endif ()
+    set(tuned_tables)
+    if (ARG_TUNED)
+        get_filename_component(tuned "${ARG_TUNED}" ABSOLUTE)
+        list(APPEND options --tuned "${tuned}")
+        file(GLOB tuned_tables CONFIGURE_DEPENDS "${tuned}/*.json")
+    endif ()
     foreach (target IN LISTS ARG_TARGETS)
         list(APPEND options --target ${target})
     endforeach ()
@@ -46,7 +57,7 @@ function(attngen_add_library name)
     file(MAKE_DIRECTORY "${dir}")
     add_custom_command(OUTPUT "${library}" "${dir}/${name}.h" "${dir}/${name}.manifest.json"
                        COMMAND attngen::attngen compile "${spec}" ${options} -o "${dir}"
-                       DEPENDS "${spec}" attngen::attngen
+                       DEPENDS "${spec}" attngen::attngen ${tuned_tables}
                        COMMENT "attngen: generating ${name} from ${ARG_SPEC}"
                        VERBATIM)
     add_custom_target(${name}.generate DEPENDS "${library}" "${dir}/${name}.h")

@@ -8,9 +8,11 @@
 #include "generators/bind_inputs.h"
 #include "generators/layer_source.h"
 #include "schedules/schedule.h"
+#include "schedules/tuned_params.h"
 
 #include "Halide.h"
 
+#include <cstdio>
 #include <map>
 
 namespace attngen {
@@ -21,7 +23,7 @@ using Halide::GeneratorInput;
 using Halide::GeneratorOutput;
 
 class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
-public:
+  public:
     GeneratorParam<int> model_dim{"model_dim", 0};
     GeneratorParam<int> heads{"heads", 1};
     GeneratorParam<int> kv_heads{"kv_heads", 0};
@@ -39,6 +41,15 @@ public:
     GeneratorParam<std::string> schedule_name{"schedule", "auto"};
     /** Register blocks of the CPU schedules, "key=value,..." (see schedules/schedule.h). */
     GeneratorParam<std::string> schedule_params{"schedule_params", ""};
+    /**
+     * A directory of tuned tables (schedules/tuned): without schedule_params, the record for
+     * this target, spec and shape class (prefill or decode) is used, and the generator says
+     * which, or that there is none and the defaults are used.
+     */
+    GeneratorParam<std::string> tuned{"tuned", ""};
+    GeneratorParam<std::string> shape_class{"shape_class", "prefill"};
+    /** Unused by generation: a digest of the tuned tables, so the build regenerates on change. */
+    GeneratorParam<std::string> tuned_digest{"tuned_digest", ""};
 
     void configure() {
         std::map<std::string, std::string> params;
@@ -65,6 +76,8 @@ public:
         if (!is_schedule_name(schedule_name))
             fail("schedule must be auto, reference, x86, arm or cuda, got '" +
                  std::string(schedule_name) + "'");
+        if (!is_shape_class(shape_class))
+            fail("shape_class must be prefill or decode, got '" + std::string(shape_class) + "'");
 
         for (const EntryArgument &arg : layer_arguments(spec_)) {
             const Halide::Type type = argument_type(spec_, arg);
@@ -105,12 +118,20 @@ public:
     }
 
     void schedule() {
-        std::string problem = apply_schedule(stages_, get_target(), schedule_name, schedule_params);
+        std::string params = schedule_params;
+        if (params.empty() && std::string(schedule_name) != "reference" &&
+            !std::string(tuned).empty()) {
+            const TunedLookup lookup = find_tuned_params(tuned, get_target(), spec_, shape_class);
+            std::printf("attngen: layer %s, %s: %s\n", spec_.name.c_str(),
+                        get_target().to_string().c_str(), lookup.message.c_str());
+            params = lookup.params;
+        }
+        std::string problem = apply_schedule(stages_, get_target(), schedule_name, params);
         if (!problem.empty())
             fail(problem);
     }
 
-private:
+  private:
     /** Stops generation with a message; Halide reports it and the build step fails. */
     [[noreturn]] static void fail(const std::string &message) {
         throw Halide::CompileError("attngen: " + message);

@@ -19,7 +19,8 @@ struct LayerSource {
 /**
  * The description `params` name. With `spec`, the layer `layer` of that .attn file (or its only
  * layer), and no description keys beside them; without, the description keys themselves.
- * Keys the generator takes besides (schedule, schedule_params, target) are ignored.
+ * Keys the generator takes besides (schedule, schedule_params, target, tuned, tuned_digest,
+ * shape_class) are ignored.
  */
 LayerSource load_layer(const std::map<std::string, std::string> &params);
 

@@ -31,7 +31,7 @@ contains() { # contains FILE TEXT DESCRIPTION
 rm -rf "$work" && mkdir -p "$work"
 spec=$source/tests/layers/modifications.attn
 
-for command in check compile targets run header; do
+for command in check compile targets run tune header; do
     expect 0 "attngen $command --help" "$attngen" "$command" --help
     contains "$work/out.txt" "usage: attngen $command" "attngen $command --help prints its usage"
 done
@@ -75,6 +75,43 @@ expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alib
     --scalar cap=2
 expect 1 "run with a bad shape" "$attngen" run "$spec" --layer alibi --shape 1,0
 expect 1 "run an unknown layer" "$attngen" run "$spec" --layer nope --shape 1,4
+
+# tune: a real search on a tiny space, its log, resume, a damaged line, export, merge, and
+# generation from the exported table.
+log=$work/tune.jsonl
+space='query_vectors=2/3;key_block=4;query_block=6;d_vectors=2'
+tune=("$attngen" tune "$spec" --layer alibi --shapes '1,40;1,3,70' --trials 2 --runs 5
+      --space "$space" --log "$log" --plot "$work/tune.svg")
+expect 0 "tune a tiny space, with one autoscheduler" "${tune[@]}" --baselines Mullapudi2016
+contains "$work/out.txt" "2 trials (0 resumed, 2 new)" "tune runs the trials asked for"
+contains "$work/out.txt" "winner after re-measurement" "tune names a winner"
+contains "$work/out.txt" "Mullapudi2016" "tune measures the autoscheduler baseline"
+contains "$work/tune.svg" "<polyline" "tune plots best time against trials"
+# Per shape: 2 trials, 1 baseline, the 2 finalists re-measured in 2 rounds.
+checks=$((checks + 1))
+[ "$(wc -l < "$log")" -eq 14 ] || { failures=$((failures + 1)); echo "FAILED: log has $(wc -l < "$log") lines, expected 14"; }
+echo '{"spec_hash": "truncated' >> "$log"
+expect 0 "tune resumes from its log" "${tune[@]}" --baselines Mullapudi2016
+contains "$work/out.txt" "2 trials (2 resumed, 0 new)" "a resumed search repeats no trial"
+contains "$work/err.txt" "tune.jsonl:15: not valid JSON" "a damaged log line is reported"
+expect 0 "tune export" "$attngen" tune export "$log" -o "$work/tuned"
+contains "$work/out.txt" "prefill" "export writes the prefill class"
+contains "$work/out.txt" "decode" "export writes the decode class"
+expect 0 "compile with the tuned table" "$attngen" compile "$spec" --target host \
+    --layers alibi,prefix_lm --tuned "$work/tuned" -o "$work/lib_tuned"
+contains "$work/out.txt" "layer alibi, " "generation says which record it used"
+contains "$work/out.txt" "from $work/tuned/" "generation names the tuned table"
+contains "$work/out.txt" "no tuned record for" "generation says when there is none"
+expect 0 "tune merge" "$attngen" tune merge "$log" "$log" -o "$work/merged.jsonl"
+contains "$work/out.txt" "records from 2 logs" "merge joins logs without duplicates"
+expect 1 "tune without a budget" "$attngen" tune "$spec" --layer alibi --shapes 1,8
+expect 1 "tune a bad shard" "${tune[@]}" --shard 2/2
+expect 1 "tune an unknown autoscheduler" "${tune[@]}" --baselines Adams2020
+expect 1 "tune a target this machine cannot run" "${tune[@]}" --target arm-64-linux
+expect 1 "tune an unknown parameter" "${tune[@]}" --space tile=4
+expect 1 "export a missing log" "$attngen" tune export "$work/missing.jsonl"
+expect 1 "compile with a bad shape class" "$attngen" compile "$spec" --target host \
+    --shape-class medium -o "$work/lib_bad"
 
 # Every layer of every spec in examples/ and tests/ generates and matches the reference.
 shopt -s nullglob

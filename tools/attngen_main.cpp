@@ -18,6 +18,12 @@ void print_usage(std::FILE *stream) {
                "  targets                          list the targets this build can generate for\n"
                "  run FILE --layer NAME --shape B,Lq[,Lk]\n"
                "                                   generate, run on random input, check, time\n"
+               "  tune FILE --shapes S;... --trials N | --budget 10m\n"
+               "                                   search schedule parameters by measurement;\n"
+               "                                   tune export / tune merge handle the logs\n"
+               "  tune FILE --shapes S;... --trials N | --budget 10m\n"
+               "                                   search schedule parameters by measurement;\n"
+               "                                   tune export / tune merge handle the logs\n"
                "  header ...                       the typed header of one generated layer\n"
                "\n"
                "Exit status: 0 ok, 1 a problem with the input, 2 an internal error.\n");
@@ -45,6 +51,8 @@ int main(int argc, char **argv) {
             return command_targets(argc, argv);
         if (command == "run")
             return command_run(argc, argv);
+        if (command == "tune")
+            return command_tune(argc, argv);
         if (command == "header")
             return command_header(argc, argv);
     } catch (const std::exception &e) {

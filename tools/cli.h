@@ -39,5 +39,6 @@ int command_compile(int argc, char **argv);
 int command_targets(int argc, char **argv);
 int command_run(int argc, char **argv);
 int command_header(int argc, char **argv);
+int command_tune(int argc, char **argv);
 
 } // namespace attngen::cli

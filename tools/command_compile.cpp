@@ -8,6 +8,7 @@
 #include "dsl/layer_interface.h"
 #include "generators/layer_header.h"
 #include "schedules/schedule.h"
+#include "schedules/tuned_params.h"
 
 #include "Halide.h"
 
@@ -23,6 +24,22 @@ namespace attngen::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+/** The tuned tables installed beside this binary, else the source tree's, else none. */
+std::string default_tuned_dir() {
+    std::error_code error;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", error);
+    if (!error) {
+        const fs::path installed = exe.parent_path().parent_path() / "share" / "attngen" / "tuned";
+        if (fs::is_directory(installed, error))
+            return installed.string();
+    }
+#ifdef ATTNGEN_SOURCE_TUNED_DIR
+    if (fs::is_directory(ATTNGEN_SOURCE_TUNED_DIR, error))
+        return ATTNGEN_SOURCE_TUNED_DIR;
+#endif
+    return "";
+}
 
 void print_usage(std::FILE *stream) {
     fmt::print(stream,
@@ -40,7 +57,13 @@ void print_usage(std::FILE *stream) {
                "  --name LIB   library name (default: FILE's name without .attn)\n"
                "  --schedule   auto (default), x86, arm, cuda or reference\n"
                "  --schedule-params query_vectors=N,key_block=N,query_block=N,d_vectors=N\n"
-               "               the CPU schedule's register blocks (default: the target's)\n");
+               "               the CPU schedule's register blocks (default: a tuned record, else\n"
+               "               the target's hand-written defaults)\n"
+               "  --tuned DIR  tuned tables from `attngen tune export` (default: the ones attngen\n"
+               "               ships, {}); none: the defaults only\n"
+               "  --shape-class prefill|decode\n"
+               "               the calls to tune for: prefill (default) or decode (Lq <= 16)\n",
+               default_tuned_dir().empty() ? "none found" : default_tuned_dir());
 }
 
 std::string json_string(const std::string &text) {
@@ -64,18 +87,17 @@ std::string manifest_layer(const AttentionSpec &spec) {
         std::string shape;
         // Row-major for users: the outermost dimension first; a name where the call decides.
         for (auto dim = arg.dims.rbegin(); dim != arg.dims.rend(); ++dim)
-            shape += (shape.empty() ? "" : ", ") +
-                     (dim->symbol == TensorDim::Symbol::fixed
-                          ? std::to_string(dim->extent)
-                          : json_string(symbol_name(dim->symbol)));
+            shape += (shape.empty() ? "" : ", ") + (dim->symbol == TensorDim::Symbol::fixed
+                                                        ? std::to_string(dim->extent)
+                                                        : json_string(symbol_name(dim->symbol)));
         const char *kind = arg.kind == EntryArgument::Kind::output   ? "output"
                            : arg.kind == EntryArgument::Kind::scalar ? "scalar"
                                                                      : "input";
         const char *dtype = arg.is_int32 ? "i32" : arg.is_declared ? "f32" : to_string(spec.dtype);
-        arguments += fmt::format("{}        {{\"name\": {}, \"kind\": \"{}\", \"dtype\": \"{}\", "
-                                 "\"shape\": [{}]}}",
-                                 arguments.empty() ? "" : ",\n", json_string(arg.name), kind,
-                                 dtype, shape);
+        arguments +=
+            fmt::format("{}        {{\"name\": {}, \"kind\": \"{}\", \"dtype\": \"{}\", "
+                        "\"shape\": [{}]}}",
+                        arguments.empty() ? "" : ",\n", json_string(arg.name), kind, dtype, shape);
     }
     std::string description;
     for (const auto &entry : spec_to_params(spec))
@@ -96,26 +118,40 @@ std::string manifest_layer(const AttentionSpec &spec) {
 /** Runs the attention Generator for one layer; its objects land in `dir`. */
 int generate_layer(const std::string &file, const AttentionSpec &spec,
                    const std::vector<std::string> &targets, const std::string &schedule,
-                   const std::string &schedule_params, const fs::path &dir,
+                   const std::string &schedule_params, const std::string &tuned,
+                   const std::string &shape_class, const fs::path &dir,
                    std::vector<std::string> &objects) {
     const std::string function = spec.name + halide_function_suffix();
     std::string target_list;
     for (const std::string &target : targets)
         target_list += (target_list.empty() ? "" : ",") + variant_target(target);
-    std::vector<std::string> words = {"attngen",        "-g", "attention", "-f", function,
-                                      "-n",             function,          "-e", "object",
-                                      "-o",             dir.string(),      "target=" + target_list,
-                                      "spec=" + file,   "layer=" + spec.name,
+    std::vector<std::string> words = {"attngen",
+                                      "-g",
+                                      "attention",
+                                      "-f",
+                                      function,
+                                      "-n",
+                                      function,
+                                      "-e",
+                                      "object",
+                                      "-o",
+                                      dir.string(),
+                                      "target=" + target_list,
+                                      "spec=" + file,
+                                      "layer=" + spec.name,
                                       "schedule=" + schedule};
     if (!schedule_params.empty()) // GenGen refuses an empty value
         words.push_back("schedule_params=" + schedule_params);
+    if (!tuned.empty())
+        words.push_back("tuned=" + tuned);
+    words.push_back("shape_class=" + shape_class);
     std::vector<char *> argv;
     for (std::string &word : words)
         argv.push_back(word.data());
     argv.push_back(nullptr);
     std::ostringstream errors;
-    int result = Halide::Internal::generate_filter_main(static_cast<int>(words.size()),
-                                                        argv.data(), errors);
+    int result =
+        Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(), errors);
     if (result != 0) {
         fmt::print(stderr, "attngen compile: generating layer '{}' failed:\n{}\n", spec.name,
                    errors.str());
@@ -135,7 +171,8 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
 
 int command_compile(int argc, char **argv) {
     Arguments args = parse(argc, argv, 2,
-                           {"target", "output", "layers", "name", "schedule", "schedule-params"},
+                           {"target", "output", "layers", "name", "schedule", "schedule-params",
+                            "tuned", "shape-class"},
                            {"help"});
     if (args.has("help")) {
         print_usage(stdout);
@@ -152,8 +189,23 @@ int command_compile(int argc, char **argv) {
     const std::string file = fs::absolute(args.positional[0]).string();
     const std::string schedule = args.value("schedule", "auto");
     if (!is_schedule_name(schedule)) {
-        fmt::print(stderr, "attngen compile: --schedule must be auto, x86, arm, cuda or reference, got '{}'\n",
-                   schedule);
+        fmt::print(
+            stderr,
+            "attngen compile: --schedule must be auto, x86, arm, cuda or reference, got '{}'\n",
+            schedule);
+        return exit_user_error;
+    }
+    std::string tuned = args.value("tuned", default_tuned_dir());
+    if (tuned == "none")
+        tuned.clear();
+    else if (!tuned.empty() && !fs::is_directory(tuned)) {
+        fmt::print(stderr, "attngen compile: --tuned: '{}' is not a directory\n", tuned);
+        return exit_user_error;
+    }
+    const std::string shape_class = args.value("shape-class", "prefill");
+    if (!is_shape_class(shape_class)) {
+        fmt::print(stderr, "attngen compile: --shape-class must be prefill or decode, got '{}'\n",
+                   shape_class);
         return exit_user_error;
     }
     std::string error;
@@ -202,8 +254,9 @@ int command_compile(int argc, char **argv) {
     std::vector<std::string> objects;
     try {
         for (const AttentionSpec &layer : layers)
-            if (int status = generate_layer(file, layer, targets, schedule,
-                                            args.value("schedule-params"), dir, objects))
+            if (int status =
+                    generate_layer(file, layer, targets, schedule, args.value("schedule-params"),
+                                   tuned, shape_class, dir, objects))
                 return status;
         Halide::create_static_library(objects, Halide::Target(targets.front()),
                                       (dir / ("lib" + library + ".a")).string());

@@ -1,0 +1,256 @@
+// Random inputs, pipeline parameters and the double-precision reference for one layer and shape.
+#include "layer_problem.h"
+
+#include "dsl/layer_interface.h"
+
+#include "reference_attention.h"
+#include "reference_expression.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+namespace attngen::cli {
+
+namespace {
+
+/** Fills `arg` with uniform values in [low, high] (integers for i32), rounded to its type. */
+void fill(HostArgument &arg, double low, double high, std::mt19937 &rng) {
+    const Halide::Type type = arg.buffer.type();
+    const size_t count = arg.buffer.number_of_elements();
+    arg.values.resize(count);
+    std::uniform_real_distribution<double> uniform(low, high);
+    for (size_t i = 0; i < count; i++) {
+        double value = uniform(rng);
+        if (type.is_int()) {
+            int32_t integer = static_cast<int32_t>(std::floor(value + 0.5));
+            static_cast<int32_t *>(arg.buffer.data())[i] = integer;
+            arg.values[i] = integer;
+        } else if (type.is_bfloat()) {
+            Halide::bfloat16_t stored(static_cast<float>(value));
+            static_cast<Halide::bfloat16_t *>(arg.buffer.data())[i] = stored;
+            arg.values[i] = static_cast<float>(stored);
+        } else if (type.bits() == 16) {
+            Halide::float16_t stored(static_cast<float>(value));
+            static_cast<Halide::float16_t *>(arg.buffer.data())[i] = stored;
+            arg.values[i] = static_cast<float>(stored);
+        } else {
+            static_cast<float *>(arg.buffer.data())[i] = static_cast<float>(value);
+            arg.values[i] = static_cast<float>(value);
+        }
+    }
+}
+
+double read_as_double(const Halide::Buffer<> &buffer, size_t i) {
+    const Halide::Type type = buffer.type();
+    if (type.is_bfloat())
+        return static_cast<float>(static_cast<const Halide::bfloat16_t *>(buffer.data())[i]);
+    if (type.bits() == 16)
+        return static_cast<float>(static_cast<const Halide::float16_t *>(buffer.data())[i]);
+    return static_cast<const float *>(buffer.data())[i];
+}
+
+std::vector<int> extents_of(const EntryArgument &entry, const ProblemShape &shape) {
+    std::vector<int> extents;
+    for (const TensorDim &dim : entry.dims)
+        switch (dim.symbol) {
+        case TensorDim::Symbol::batch:
+            extents.push_back(shape.batch);
+            break;
+        case TensorDim::Symbol::queries:
+            extents.push_back(shape.queries);
+            break;
+        case TensorDim::Symbol::keys:
+            extents.push_back(shape.keys);
+            break;
+        default:
+            extents.push_back(dim.extent);
+        }
+    return extents;
+}
+
+} // namespace
+
+std::string parse_scalars(const std::vector<std::string> &words, const AttentionSpec &spec,
+                          std::map<std::string, double> &values) {
+    for (const std::string &word : words) {
+        const size_t equals = word.find('=');
+        char *end = nullptr;
+        const double value =
+            equals == std::string::npos ? 0 : std::strtod(word.c_str() + equals + 1, &end);
+        if (equals == std::string::npos || end == nullptr || *end != '\0' || !std::isfinite(value))
+            return "--scalar must be NAME=NUMBER, got '" + word + "'";
+        bool declared = false;
+        for (const RuntimeScalar &scalar : spec.scalars)
+            declared = declared || scalar.name == word.substr(0, equals);
+        if (!declared)
+            return "layer '" + spec.name + "' declares no scalar '" + word.substr(0, equals) + "'";
+        values[word.substr(0, equals)] = value;
+    }
+    for (const RuntimeScalar &scalar : spec.scalars)
+        if (!values.count(scalar.name)) {
+            fmt::print("scalar {} not given (--scalar {}=VALUE): using 1\n", scalar.name,
+                       scalar.name);
+            values[scalar.name] = 1.0;
+        }
+    return "";
+}
+
+InputSet make_inputs(const LayerProblem &problem, uint32_t seed) {
+    const AttentionSpec &spec = problem.spec;
+    std::mt19937 rng(seed);
+    InputSet inputs;
+    const double fan_in = spec.resolved_model_dim();
+    const double concat = double(spec.heads) * spec.resolved_head_dim();
+    for (const EntryArgument &entry : layer_arguments(spec)) {
+        if (entry.kind != EntryArgument::Kind::buffer)
+            continue;
+        const std::vector<int> extents = extents_of(entry, problem.shape);
+        HostArgument &arg = inputs[entry.name];
+        arg.buffer = Halide::Buffer<>(argument_type(spec, entry), extents);
+        arg.shape.assign(extents.rbegin(), extents.rend());
+        const std::string &name = entry.name;
+        if (name == "key_lengths" || (entry.is_declared && entry.is_int32))
+            fill(arg, 0, static_cast<double>(problem.shape.keys), rng);
+        else if (name == "wq" || name == "wk" || name == "wv")
+            fill(arg, -1 / std::sqrt(fan_in), 1 / std::sqrt(fan_in), rng);
+        else if (name == "wo")
+            fill(arg, -1 / std::sqrt(concat), 1 / std::sqrt(concat), rng);
+        else if (name == "bq" || name == "bk" || name == "bv" || name == "bo")
+            fill(arg, -0.5, 0.5, rng);
+        else if (name == "attn_bias")
+            fill(arg, -2, 2, rng);
+        else
+            fill(arg, -1, 1, rng);
+    }
+    return inputs;
+}
+
+LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &shape,
+                                const std::map<std::string, double> &scalars, uint32_t seed) {
+    LayerProblem problem;
+    problem.spec = spec;
+    problem.shape = shape;
+    problem.scalars = scalars;
+    for (const EntryArgument &entry : layer_arguments(spec)) {
+        const Halide::Type type = argument_type(spec, entry);
+        switch (entry.kind) {
+        case EntryArgument::Kind::output:
+            problem.out_extents = extents_of(entry, shape);
+            problem.out_type = type;
+            break;
+        case EntryArgument::Kind::scalar: {
+            Halide::Internal::Parameter parameter(type, false, 0, entry.name);
+            const double value = scalars.at(entry.name);
+            if (type.is_int())
+                parameter.set_scalar<int32_t>(static_cast<int32_t>(value));
+            else
+                parameter.set_scalar<float>(static_cast<float>(value));
+            problem.bound.scalars[entry.name] =
+                Halide::Internal::Variable::make(type, entry.name, parameter);
+            problem.scalar_params.push_back(parameter);
+            break;
+        }
+        case EntryArgument::Kind::buffer: {
+            Halide::ImageParam image(type, static_cast<int>(entry.dims.size()), entry.name);
+            constrain_argument(image, entry.dims);
+            for (int i = 0; i < image.dimensions(); i++)
+                problem.bound.extents[entry.name].push_back(image.dim(i).extent());
+            problem.bound.buffers[entry.name] = image;
+            problem.images.emplace(entry.name, image);
+            break;
+        }
+        }
+    }
+    problem.inputs = make_inputs(problem, seed);
+    bind(problem, problem.inputs);
+    return problem;
+}
+
+void bind(LayerProblem &problem, InputSet &inputs) {
+    for (auto &entry : problem.images)
+        entry.second.set(inputs.at(entry.first).buffer);
+}
+
+std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inputs) {
+    const AttentionSpec &spec = lp.spec;
+    attngen_test::ReferenceProblem problem;
+    problem.batch = lp.shape.batch;
+    problem.heads = spec.heads;
+    problem.kv_heads = spec.resolved_kv_heads();
+    problem.head_dim = spec.resolved_head_dim();
+    problem.model_dim = spec.resolved_model_dim();
+    problem.query_len = lp.shape.queries;
+    problem.key_len = lp.shape.keys;
+    problem.scale = spec.resolved_scale();
+    problem.causal = spec.mask.causal;
+    problem.key_padding = spec.mask.key_padding;
+    problem.window = spec.mask.window;
+    problem.additive = spec.mask.additive;
+    problem.projections = spec.projections.any();
+    problem.out_projection = spec.projections.out;
+    problem.bias = spec.projections.bias;
+    problem.cross = spec.cross_attention;
+    auto values = [&](const char *name) {
+        auto found = inputs.find(name);
+        return found == inputs.end() ? std::vector<double>() : found->second.values;
+    };
+    problem.query = values("query");
+    problem.key = values("key");
+    problem.value = values("value");
+    problem.x = values("x");
+    problem.context = values("context");
+    problem.wq = values("wq");
+    problem.wk = values("wk");
+    problem.wv = values("wv");
+    problem.wo = values("wo");
+    problem.bq = values("bq");
+    problem.bk = values("bk");
+    problem.bv = values("bv");
+    problem.bo = values("bo");
+    problem.attn_bias = values("attn_bias");
+    for (double length : values("key_lengths"))
+        problem.key_lengths.push_back(static_cast<int>(length));
+    attngen_test::ReferenceBindings bindings;
+    for (const RuntimeTensor &tensor : spec.tensors)
+        bindings.tensors[tensor.name] = {inputs.at(tensor.name).values,
+                                         inputs.at(tensor.name).shape, tensor.is_int32};
+    for (const RuntimeScalar &scalar : spec.scalars)
+        bindings.scalars[scalar.name] = {lp.scalars.at(scalar.name), scalar.is_int32};
+    if (spec.score_mod)
+        problem.score_mod = [&](double score, int b, int h, int q, int k) {
+            return attngen_test::evaluate(*spec.score_mod, bindings, score, b, h, q, k);
+        };
+    if (!spec.mask_predicates.empty())
+        problem.visible = [&](int b, int h, int q, int k) {
+            for (const ModExprPtr &predicate : spec.mask_predicates)
+                if (attngen_test::evaluate(*predicate, bindings, 0, b, h, q, k) == 0)
+                    return false;
+            return true;
+        };
+    return attngen_test::reference_attention(problem);
+}
+
+double relative_error(const Halide::Buffer<> &out, const std::vector<double> &want) {
+    double error = 0, scale = 1;
+    for (size_t i = 0; i < want.size(); i++) {
+        scale = std::max(scale, std::abs(want[i]));
+        const double diff = std::abs(read_as_double(out, i) - want[i]);
+        error = std::isnan(diff) ? INFINITY : std::max(error, diff);
+    }
+    return error / scale;
+}
+
+double output_tolerance(DType dtype) {
+    return dtype == DType::bf16 ? 1.6e-2 : dtype == DType::f16 ? 2e-3 : 1e-5;
+}
+
+double attention_flops(const AttentionSpec &spec, const ProblemShape &shape) {
+    return 4.0 * shape.batch * spec.heads * double(shape.queries) * shape.keys *
+           spec.resolved_head_dim();
+}
+
+} // namespace attngen::cli
