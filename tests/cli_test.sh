@@ -104,10 +104,27 @@ contains "$work/out.txt" "from $work/tuned/" "generation names the tuned table"
 contains "$work/out.txt" "no tuned record for" "generation says when there is none"
 expect 0 "tune merge" "$attngen" tune merge "$log" "$log" -o "$work/merged.jsonl"
 contains "$work/out.txt" "records from 2 logs" "merge joins logs without duplicates"
+# Targets tuned ahead of time: AArch64 candidates linked with the harness by the cross
+# compiler and run under qemu-aarch64; the GPU schedule on OpenCL (PoCL), its own space.
+expect 0 "tune arm-64-linux under qemu" "$attngen" tune "$spec" --layer alibi --shapes 1,40 \
+    --target arm-64-linux --trials 2 --runs 5 --space "$space" --log "$work/arm.jsonl" \
+    --work "$work/arm-work" --plot "$work/arm.svg"
+contains "$work/out.txt" "runner 'qemu-aarch64" "AArch64 candidates run under qemu"
+contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "AArch64 candidates check out"
+if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
+    expect 0 "tune the GPU schedule on OpenCL" "$attngen" tune "$spec" --layer alibi \
+        --shapes 1,40 --target x86-64-linux-opencl --trials 2 --runs 5 \
+        --space 'query_tile=8/16;key_chunk=16' --log "$work/cl.jsonl" --work "$work/cl-work" \
+        --plot "$work/cl.svg"
+    contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "OpenCL candidates check out"
+    contains "$work/out.txt" "key_chunk=16,query_tile=" "a GPU target searches the GPU space"
+fi
+expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
+    --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018
 expect 1 "tune without a budget" "$attngen" tune "$spec" --layer alibi --shapes 1,8
 expect 1 "tune a bad shard" "${tune[@]}" --shard 2/2
 expect 1 "tune an unknown autoscheduler" "${tune[@]}" --baselines Adams2020
-expect 1 "tune a target this machine cannot run" "${tune[@]}" --target arm-64-linux
+expect 1 "tune a target that is not one" "${tune[@]}" --target vax-64-linux
 expect 1 "tune an unknown parameter" "${tune[@]}" --space tile=4
 expect 1 "export a missing log" "$attngen" tune export "$work/missing.jsonl"
 expect 1 "compile with a bad shape class" "$attngen" compile "$spec" --target host \

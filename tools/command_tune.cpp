@@ -1,6 +1,7 @@
 // `attngen tune`: search a target family's schedule parameters by measuring real candidates,
 // log every trial, compare with Halide's autoschedulers; `tune export` ships the winners to
 // schedules/tuned/, `tune merge` joins the logs of shards.
+#include "aot_measure.h"
 #include "cli.h"
 #include "jit_measure.h"
 #include "layer_problem.h"
@@ -21,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -43,6 +45,7 @@ void print_usage(std::FILE *stream) {
         "                    [--baselines all|none|Adams2019,Mullapudi2016,Li2018]\n"
         "                    [--runs N] [--top N] [--threads N] [--timeout 120s]\n"
         "                    [--space name=a/b/c;...] [--plot FILE.svg] [--scalar NAME=V ...]\n"
+        "                    [--aot] [--cc CC] [--runner CMD] [--work DIR]\n"
         "       attngen tune export LOG... [-o DIR]     best record per class -> DIR/*.json\n"
         "       attngen tune merge LOG... -o FILE       join the logs of shards\n"
         "\n"
@@ -60,8 +63,15 @@ void print_usage(std::FILE *stream) {
         "--trials counts resumed trials; --budget (s, m or h) is the search time of this run,\n"
         "shared by the shapes. --shard i/n searches the i-th of n disjoint parts of the space\n"
         "(run n of them anywhere, then `tune merge` their logs and `tune export`).\n"
-        "Targets: host (JIT on this machine). Baselines get 5x --timeout; Adams2019 honours\n"
-        "Halide's HL_BEAM_SIZE (1 = its greedy mode, much faster).\n");
+        "Baselines get 5x --timeout; Adams2019 honours Halide's HL_BEAM_SIZE (1 = its greedy\n"
+        "mode, much faster).\n"
+        "\n"
+        "Targets this machine runs (host, or its x86 variants) are JIT-compiled. Others, and any\n"
+        "with --aot, are generated ahead of time, linked with a small harness by --cc, and run\n"
+        "by --runner with the --work dir's paths (defaults for arm-64-linux on x86:\n"
+        "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
+        "script that copies the work dir over and runs its arguments there). GPU targets\n"
+        "(cuda, opencl) search query_tile and key_chunk; CPU targets the register blocks.\n");
 }
 
 /** "90", "90s", "10m", "1h" in seconds; negative if malformed. */
@@ -312,11 +322,11 @@ int tune_merge(const Arguments &args) {
 } // namespace
 
 int command_tune(int argc, char **argv) {
-    Arguments args = parse(argc, argv, 2,
-                           {"layer", "target", "shapes", "shape", "trials", "budget", "log", "seed",
-                            "shard", "baselines", "runs", "top", "threads", "timeout", "space",
-                            "plot", "scalar", "output"},
-                           {"help"});
+    Arguments args = parse(
+        argc, argv, 2, {"layer", "target", "shapes",    "shape",  "trials", "budget",  "log",
+                        "seed",  "shard",  "baselines", "runs",   "top",    "threads", "timeout",
+                        "space", "plot",   "scalar",    "output", "runner", "cc",      "work"},
+        {"help", "aot"});
     if (args.has("help")) {
         print_usage(stdout);
         return exit_ok;
@@ -428,31 +438,48 @@ int command_tune(int argc, char **argv) {
         }
     options.log_path = args.value("log", "attngen-tune.jsonl");
 
+    // Targets this machine can run are JIT-compiled in a child process per candidate; others
+    // (and any with --aot) are generated ahead of time and run by the runner command.
     const std::string target_name = args.value("target", "host");
     const Halide::Target host = Halide::get_jit_target_from_environment();
-    Halide::Target target = host;
+    Halide::Target target = host.without_feature(Halide::Target::JIT);
     if (target_name != "host") {
         if (!Halide::Target::validate_target_string(target_name))
             return usage_error("--target: '" + target_name + "' is not a Halide target");
-        target = Halide::Target(target_name).with_feature(Halide::Target::JIT);
-        bool runs_here = target.arch == host.arch && target.bits == host.bits &&
-                         target.os == host.os && !target.has_gpu_feature();
-        for (int f = 0; f < Halide::Target::FeatureEnd; f++) {
-            const auto feature = static_cast<Halide::Target::Feature>(f);
-            runs_here = runs_here && (!target.has_feature(feature) || host.has_feature(feature));
-        }
-        if (!runs_here)
-            return usage_error("--target " + target_name + " cannot run on this machine (" +
-                               host.to_string() +
-                               "); this build tunes targets it can run "
-                               "(JIT), such as host");
+        target = Halide::Target(target_name);
     }
-    if (target.has_gpu_feature())
-        return usage_error("tuning GPU targets needs an ahead-of-time runner, not built yet");
-    CpuScheduleParams cpu_defaults = target.arch == Halide::Target::ARM
-                                         ? arm_schedule_params(target)
-                                         : x86_schedule_params(target);
-    ParamSpace space = cpu_space(cpu_defaults);
+    bool jit = !args.has("aot") && target.arch == host.arch && target.bits == host.bits &&
+               target.os == host.os && !target.has_gpu_feature();
+    for (int f = 0; f < Halide::Target::FeatureEnd; f++) {
+        const auto feature = static_cast<Halide::Target::Feature>(f);
+        jit = jit && (!target.has_feature(feature) || host.has_feature(feature));
+    }
+    AotSetup aot = default_aot_setup(target.to_string());
+    aot.spec_file = fs::absolute(args.positional[0]).string();
+    aot.layer = spec.name;
+    aot.target = target.to_string();
+    aot.timeout_s = timeout_s;
+    aot.cc = args.value("cc", aot.cc);
+    aot.runner = args.value("runner", aot.runner);
+    aot.work_dir = args.value(
+        "work",
+        (fs::temp_directory_path() / ("attngen-tune-" + std::to_string(getpid()))).string());
+    if (!jit && args.value("baselines", "all") != "none") {
+        if (!args.value("baselines").empty())
+            return usage_error("--baselines: Halide's autoschedulers are measured on JIT "
+                               "targets only; " +
+                               aot.target + " is tuned ahead of time");
+        options.baselines.clear();
+    }
+    ParamSpace space;
+    if (target.has_gpu_feature()) {
+        const GpuScheduleParams gpu = gpu_schedule_params(spec);
+        space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
+                  {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk}}};
+    } else {
+        space = cpu_space(target.arch == Halide::Target::ARM ? arm_schedule_params(target)
+                                                             : x86_schedule_params(target));
+    }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
 
@@ -470,12 +497,15 @@ int command_tune(int argc, char **argv) {
     identity.spec_hash = spec_hash(spec);
     identity.layer = spec.name;
     identity.spec_class = spec_class(spec);
-    identity.target = target.without_feature(Halide::Target::JIT).to_string();
+    identity.target = target.to_string();
     identity.target_class = target_class(target);
     identity.threads = static_cast<int>(*threads);
     identity.halide = ATTNGEN_HALIDE_VERSION;
     identity.machine = machine_description();
 
+    if (!jit)
+        fmt::print("ahead of time: cc {}, runner '{}', work dir {}\n", aot.cc, aot.runner,
+                   aot.work_dir);
     fmt::print("attngen tune: layer {} ({}), target {} ({}), {} threads, {} shape{}\n", spec.name,
                identity.spec_class, identity.target, identity.target_class, *threads, shapes.size(),
                shapes.size() == 1 ? "" : "s");
@@ -512,16 +542,34 @@ int command_tune(int argc, char **argv) {
         fmt::print("shape B,Lq,Lk = {} ({}): computing the reference, {} input sets\n",
                    to_string(shape), task.shape_class, sets);
         std::fflush(stdout);
-        JitBench bench(std::move(problem), target, sets, options.seed, static_cast<int>(*threads),
-                       timeout_s);
+        MeasureFn measure;
+        std::unique_ptr<JitBench> jit_bench;
+        std::unique_ptr<AotBench> aot_bench;
+        if (jit) {
+            jit_bench = std::make_unique<JitBench>(
+                std::move(problem), target.with_feature(Halide::Target::JIT), sets, options.seed,
+                static_cast<int>(*threads), timeout_s);
+            measure = [&](const std::string &scheduler, const ParamPoint &point, int n,
+                          double slow_ms) {
+                return jit_bench->measure(scheduler, point, n, slow_ms);
+            };
+        } else {
+            AotSetup shape_setup = aot;
+            shape_setup.work_dir = (fs::path(aot.work_dir) / to_string(shape)).string();
+            aot_bench =
+                std::make_unique<AotBench>(std::move(problem), shape_setup, sets, options.seed);
+            if (!aot_bench->setup_error().empty()) {
+                fmt::print(stderr, "attngen tune: {}\n", aot_bench->setup_error());
+                return exit_user_error;
+            }
+            measure = [&](const std::string &scheduler, const ParamPoint &point, int n,
+                          double slow_ms) {
+                return aot_bench->measure(scheduler, point, n, slow_ms);
+            };
+        }
         ProgressBar bar(fmt::format("  {:<14}", to_string(shape)));
         options.on_progress = [&](const TuneProgress &p) { bar.update(p); };
-        TuneOutcome outcome = tune(
-            task, space,
-            [&](const std::string &scheduler, const ParamPoint &point, int n, double slow_ms) {
-                return bench.measure(scheduler, point, n, slow_ms);
-            },
-            options, log.records);
+        TuneOutcome outcome = tune(task, space, measure, options, log.records);
         bar.finish();
         for (const std::string &problem : outcome.problems)
             fmt::print(stderr, "attngen tune: {}\n", problem);
