@@ -24,10 +24,6 @@
 
 using namespace attngen_test;
 
-namespace {
-
-} // namespace
-
 TEST_CASE("plain attention with head_dim 16 matches the reference") {
     check_against_reference(t_d16_plain_layer(), 1601);
 }

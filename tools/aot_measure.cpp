@@ -1,5 +1,6 @@
 // Ahead-of-time candidates: generate, link with the harness, run through the runner.
 #include "aot_measure.h"
+#include "cli.h"
 
 #include "dsl/layer_interface.h"
 
@@ -74,9 +75,7 @@ AotBench::AotBench(LayerProblem problem, AotSetup setup, int input_sets, uint32_
         setup_error_ = "cannot create '" + data.string() + "': " + error.message();
         return;
     }
-    std::vector<InputSet> sets = {problem_.inputs};
-    for (int s = 1; s < sets_; s++)
-        sets.push_back(make_inputs(problem_, seed + static_cast<uint32_t>(s)));
+    const std::vector<InputSet> sets = make_input_sets(problem_, sets_, seed);
     reference_ = reference_output(problem_, sets[0]);
     bool ok = true;
     for (const EntryArgument &entry : layer_arguments(problem_.spec)) {
@@ -124,8 +123,7 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
     // Generate, as `attngen compile` does (':' because GenGen reserves '=' in values).
     std::string schedule_params = to_string(params);
     std::replace(schedule_params.begin(), schedule_params.end(), '=', ':');
-    std::vector<std::string> words = {"attngen",
-                                      "-g",
+    std::vector<std::string> words = {"-g",
                                       "attention",
                                       "-f",
                                       "attngen_candidate",
@@ -139,15 +137,10 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
                                       "schedule=auto"};
     if (!schedule_params.empty())
         words.push_back("schedule_params=" + schedule_params);
-    std::vector<char *> argv;
-    for (std::string &word : words)
-        argv.push_back(word.data());
-    argv.push_back(nullptr);
-    std::ostringstream errors;
+    std::string errors;
     try {
-        if (Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(),
-                                                   errors) != 0)
-            return {"compile_error", tail(errors.str()), -1, {}};
+        if (run_attention_generator(words, errors) != 0)
+            return {"compile_error", tail(errors), -1, {}};
     } catch (const std::exception &e) {
         return {"compile_error", tail(e.what()), -1, {}};
     }
@@ -165,25 +158,22 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
         (setup_.runner.empty() ? "" : setup_.runner + " ") + harness.string() + " " + data.string();
 
     // Check the output before any timing.
-    auto [check_status, check_output] = run_command(prefix + " check", setup_.timeout_s);
-    if (check_status == 124)
+    auto [probe_status, probe_output] = run_command(prefix + " check", setup_.timeout_s);
+    if (probe_status == 124)
         return {"timeout", fmt::format("no result within {:g} s", setup_.timeout_s), -1, {}};
-    if (check_status != 0 || check_output.rfind("ok", 0) != 0)
-        return {"crashed", tail(check_output), -1, {}};
+    if (probe_status != 0 || probe_output.rfind("ok", 0) != 0)
+        return {"crashed", tail(probe_output), -1, {}};
     Halide::Buffer<> out(problem_.out_type, problem_.out_extents);
     std::ifstream produced(data / "output.bin", std::ios::binary);
     produced.read(static_cast<char *>(out.data()),
                   static_cast<std::streamsize>(out.size_in_bytes()));
     if (!produced)
         return {"crashed", "the harness wrote no complete output.bin", -1, {}};
+    const OutputCheck check = check_output(problem_, out, reference_);
+    if (!check.ok())
+        return {"wrong_result", check.describe(), check.error, {}};
     Measurement m;
-    m.error = relative_error(out, reference_);
-    const double tolerance = output_tolerance(problem_.spec.dtype);
-    if (!(m.error <= tolerance)) {
-        m.status = "wrong_result";
-        m.message = fmt::format("relative error {:g} above the tolerance {:g}", m.error, tolerance);
-        return m;
-    }
+    m.error = check.error;
 
     auto [time_status, time_output] =
         run_command(fmt::format("{} time {} {} {:.3f}", prefix, runs, sets_,

@@ -1,9 +1,33 @@
 // Argument parsing shared by the attngen commands.
 #include "cli.h"
 
+#include "Halide.h"
+
+#include <cstdlib>
 #include <sstream>
 
 namespace attngen::cli {
+
+std::optional<long> parse_integer(const std::string &text, long low, long high) {
+    char *end = nullptr;
+    const long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < low || value > high)
+        return std::nullopt;
+    return value;
+}
+
+int run_attention_generator(std::vector<std::string> words, std::string &errors) {
+    words.insert(words.begin(), "attngen");
+    std::vector<char *> argv;
+    for (std::string &word : words)
+        argv.push_back(word.data());
+    argv.push_back(nullptr);
+    std::ostringstream stream;
+    const int status =
+        Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(), stream);
+    errors = stream.str();
+    return status;
+}
 
 std::string Arguments::value(const std::string &option, const std::string &fallback) const {
     auto range = options.equal_range(option);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ struct Arguments {
  */
 Arguments parse(int argc, char **argv, int first, const std::set<std::string> &value_options,
                 const std::set<std::string> &flags);
+
+/** A decimal integer in [low, high], or nothing if `text` is not one. */
+std::optional<long> parse_integer(const std::string &text, long low, long high);
+
+/**
+ * Runs the attention Generator (GenGen) in this process with `words` (its command line without
+ * the program name). Returns its exit status; what it reports goes to `errors`.
+ */
+int run_attention_generator(std::vector<std::string> words, std::string &errors);
 
 /** Splits "a,b,c" (empty parts are dropped). */
 std::vector<std::string> split_list(const std::string &text);

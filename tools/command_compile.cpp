@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace attngen::cli {
 
@@ -125,8 +124,7 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
     std::string target_list;
     for (const std::string &target : targets)
         target_list += (target_list.empty() ? "" : ",") + variant_target(target);
-    std::vector<std::string> words = {"attngen",
-                                      "-g",
+    std::vector<std::string> words = {"-g",
                                       "attention",
                                       "-f",
                                       function,
@@ -145,16 +143,10 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
     if (!tuned.empty())
         words.push_back("tuned=" + tuned);
     words.push_back("shape_class=" + shape_class);
-    std::vector<char *> argv;
-    for (std::string &word : words)
-        argv.push_back(word.data());
-    argv.push_back(nullptr);
-    std::ostringstream errors;
-    int result =
-        Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(), errors);
-    if (result != 0) {
+    std::string errors;
+    if (run_attention_generator(words, errors) != 0) {
         fmt::print(stderr, "attngen compile: generating layer '{}' failed:\n{}\n", spec.name,
-                   errors.str());
+                   errors);
         return exit_internal_error;
     }
     if (targets.size() == 1) {

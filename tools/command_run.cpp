@@ -16,9 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
-#include <random>
 
 namespace attngen::cli {
 
@@ -38,14 +36,6 @@ void print_usage(std::FILE *stream) {
         "Inputs: activations in [-1, 1], weights in [-1, 1]/sqrt(fan-in), key lengths and\n"
         "i32 tensors in [0, Lk], attn_bias and f32 tensors in [-2, 2] and [-1, 1];\n"
         "scalars not given with --scalar are 1.\n");
-}
-
-std::optional<long> parse_long(const std::string &text, long low, long high) {
-    char *end = nullptr;
-    long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < low || value > high)
-        return std::nullopt;
-    return value;
 }
 
 } // namespace
@@ -85,10 +75,10 @@ int command_run(int argc, char **argv) {
     if (spec.projections.any() && !spec.cross_attention && shape.keys != shape.queries)
         return usage_error("layer '" + spec.name +
                            "' is self-attention: its keys are its queries, so Lk must be Lq");
-    const std::optional<long> runs = parse_long(args.value("runs", "5"), 1, 1000);
-    const std::optional<long> threads = parse_long(args.value("threads", "0"), 0, 1024);
+    const std::optional<long> runs = parse_integer(args.value("runs", "5"), 1, 1000);
+    const std::optional<long> threads = parse_integer(args.value("threads", "0"), 0, 1024);
     const std::optional<long> seed_value =
-        parse_long(args.value("seed", "20261121"), 0, 0xffffffffL);
+        parse_integer(args.value("seed", "20261121"), 0, 0xffffffffL);
     if (!runs || !threads || !seed_value)
         return usage_error("--runs must be in 1..1000, --threads in 0..1024, --seed in 0..2^32-1");
     const std::string schedule = args.value("schedule", "auto");
@@ -145,12 +135,11 @@ int command_run(int argc, char **argv) {
         fmt::print("reference check skipped (--no-check)\n");
         return exit_ok;
     }
-    const double error = relative_error(result, reference_output(problem, problem.inputs));
-    const double tolerance = output_tolerance(spec.dtype);
-    const bool ok = error <= tolerance;
+    const OutputCheck check =
+        check_output(problem, result, reference_output(problem, problem.inputs));
     fmt::print("max |out - reference| / max(max |reference|, 1) = {:.3g} (tolerance {:g}): {}\n",
-               error, tolerance, ok ? "ok" : "MISMATCH");
-    return ok ? exit_ok : exit_internal_error;
+               check.error, check.tolerance, check.ok() ? "ok" : "MISMATCH");
+    return check.ok() ? exit_ok : exit_internal_error;
 }
 
 } // namespace attngen::cli

@@ -90,14 +90,6 @@ double parse_duration(const std::string &text) {
     return value * scale;
 }
 
-std::optional<long> parse_count(const std::string &text, long low, long high) {
-    char *end = nullptr;
-    const long value = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || value < low || value > high)
-        return std::nullopt;
-    return value;
-}
-
 /** The CPU schedule's register blocks, around the target's defaults. */
 ParamSpace cpu_space(const CpuScheduleParams &defaults) {
     return {{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
@@ -380,11 +372,11 @@ int command_tune(int argc, char **argv) {
     }
 
     TuneOptions options;
-    const std::optional<long> trials = parse_count(args.value("trials", "0"), 0, 1000000);
-    const std::optional<long> runs = parse_count(args.value("runs", "7"), 5, 1000);
-    const std::optional<long> top = parse_count(args.value("top", "3"), 1, 100);
-    const std::optional<long> seed = parse_count(args.value("seed", "1"), 0, 0xffffffffL);
-    const std::optional<long> threads = parse_count(
+    const std::optional<long> trials = parse_integer(args.value("trials", "0"), 0, 1000000);
+    const std::optional<long> runs = parse_integer(args.value("runs", "7"), 5, 1000);
+    const std::optional<long> top = parse_integer(args.value("top", "3"), 1, 100);
+    const std::optional<long> seed = parse_integer(args.value("seed", "1"), 0, 0xffffffffL);
+    const std::optional<long> threads = parse_integer(
         args.value("threads", std::to_string(std::thread::hardware_concurrency())), 1, 1024);
     const double timeout_s = parse_duration(args.value("timeout", "120"));
     if (!trials)
@@ -415,10 +407,10 @@ int command_tune(int argc, char **argv) {
         const size_t slash = shard.find('/');
         const std::optional<long> index = slash == std::string::npos
                                               ? std::nullopt
-                                              : parse_count(shard.substr(0, slash), 0, 1 << 20);
+                                              : parse_integer(shard.substr(0, slash), 0, 1 << 20);
         const std::optional<long> count = slash == std::string::npos
                                               ? std::nullopt
-                                              : parse_count(shard.substr(slash + 1), 1, 1 << 20);
+                                              : parse_integer(shard.substr(slash + 1), 1, 1 << 20);
         if (!index || !count || *index >= *count)
             return usage_error("--shard must be i/n with 0 <= i < n, got '" + shard + "'");
         options.shard_index = static_cast<int>(*index);
@@ -666,19 +658,8 @@ int command_tune(int argc, char **argv) {
     const std::string plot =
         args.value("plot", fs::path(options.log_path).replace_extension(".svg").string());
     std::vector<std::pair<std::string, std::vector<double>>> series;
-    for (const ShapeResult &result : results) {
-        // The whole history of this task in the log, resumed trials included.
-        std::vector<double> best_by_trial;
-        double best = -1;
-        for (const TrialRecord &r : result.outcome.records) {
-            if (r.scheduler != "attngen" || r.phase != "search")
-                continue;
-            if (r.ok() && (best < 0 || r.median_ms < best))
-                best = r.median_ms;
-            best_by_trial.push_back(best);
-        }
-        series.emplace_back(to_string(result.shape), best_by_trial);
-    }
+    for (const ShapeResult &result : results)
+        series.emplace_back(to_string(result.shape), result.outcome.best_by_trial);
     std::ofstream svg(plot);
     svg << svg_plot(series);
     fmt::print("\nplot: {}\nlog: {}\nship the winners: attngen tune export {} -o schedules/tuned\n",

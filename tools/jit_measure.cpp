@@ -100,9 +100,7 @@ size_t JitBench::input_bytes(const InputSet &inputs) {
 JitBench::JitBench(LayerProblem problem, const Halide::Target &target, int input_sets,
                    uint32_t seed, int threads, double timeout_s)
     : problem_(std::move(problem)), target_(target), threads_(threads), timeout_s_(timeout_s) {
-    input_sets_.push_back(problem_.inputs);
-    for (int i = 1; i < std::max(input_sets, 2); i++)
-        input_sets_.push_back(make_inputs(problem_, seed + static_cast<uint32_t>(i)));
+    input_sets_ = make_input_sets(problem_, std::max(input_sets, 2), seed);
     reference_ = reference_output(problem_, input_sets_[0]);
 }
 
@@ -148,14 +146,10 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
         Halide::Buffer<> result(problem_.out_type, problem_.out_extents);
         bind(problem_, input_sets_[0]);
         pipeline.realize(result, target_);
-        m.error = relative_error(result, reference_);
-        const double tolerance = output_tolerance(problem_.spec.dtype);
-        if (!(m.error <= tolerance)) {
-            m.status = "wrong_result";
-            m.message = "relative error " + std::to_string(m.error) + " above the tolerance " +
-                        std::to_string(tolerance);
-            return m;
-        }
+        const OutputCheck check = check_output(problem_, result, reference_);
+        m.error = check.error;
+        if (!check.ok())
+            return {"wrong_result", check.describe(), check.error, {}};
         // One warm-up run (thread pool, page faults of the scratch), then the timed runs, each
         // on the next input set.
         const size_t sets = input_sets_.size();

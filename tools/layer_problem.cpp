@@ -72,6 +72,16 @@ std::vector<int> extents_of(const EntryArgument &entry, const ProblemShape &shap
     return extents;
 }
 
+double relative_error(const Halide::Buffer<> &out, const std::vector<double> &want) {
+    double error = 0, scale = 1;
+    for (size_t i = 0; i < want.size(); i++) {
+        scale = std::max(scale, std::abs(want[i]));
+        const double diff = std::abs(read_as_double(out, i) - want[i]);
+        error = std::isnan(diff) ? INFINITY : std::max(error, diff);
+    }
+    return error / scale;
+}
+
 } // namespace
 
 std::string parse_scalars(const std::vector<std::string> &words, const AttentionSpec &spec,
@@ -170,6 +180,13 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
     return problem;
 }
 
+std::vector<InputSet> make_input_sets(const LayerProblem &problem, int count, uint32_t seed) {
+    std::vector<InputSet> sets = {problem.inputs};
+    for (int i = 1; i < count; i++)
+        sets.push_back(make_inputs(problem, seed + static_cast<uint32_t>(i)));
+    return sets;
+}
+
 void bind(LayerProblem &problem, InputSet &inputs) {
     for (auto &entry : problem.images)
         entry.second.set(inputs.at(entry.first).buffer);
@@ -234,18 +251,17 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
     return attngen_test::reference_attention(problem);
 }
 
-double relative_error(const Halide::Buffer<> &out, const std::vector<double> &want) {
-    double error = 0, scale = 1;
-    for (size_t i = 0; i < want.size(); i++) {
-        scale = std::max(scale, std::abs(want[i]));
-        const double diff = std::abs(read_as_double(out, i) - want[i]);
-        error = std::isnan(diff) ? INFINITY : std::max(error, diff);
-    }
-    return error / scale;
-}
-
 double output_tolerance(DType dtype) {
     return dtype == DType::bf16 ? 1.6e-2 : dtype == DType::f16 ? 2e-3 : 1e-5;
+}
+
+std::string OutputCheck::describe() const {
+    return fmt::format("relative error {:g} above the tolerance {:g}", error, tolerance);
+}
+
+OutputCheck check_output(const LayerProblem &problem, const Halide::Buffer<> &out,
+                         const std::vector<double> &want) {
+    return {relative_error(out, want), output_tolerance(problem.spec.dtype)};
 }
 
 double attention_flops(const AttentionSpec &spec, const ProblemShape &shape) {

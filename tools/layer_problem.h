@@ -56,19 +56,34 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
 /** Another set of inputs of the same shapes, from `seed`. */
 InputSet make_inputs(const LayerProblem &problem, uint32_t seed);
 
+/** `count` input sets: the problem's own first, then sets from seed + 1, seed + 2, ... */
+std::vector<InputSet> make_input_sets(const LayerProblem &problem, int count, uint32_t seed);
+
 /** Binds the problem's ImageParams to `inputs` (which must outlive the calls that read them). */
 void bind(LayerProblem &problem, InputSet &inputs);
 
 /** The double-precision reference output for `inputs`, in the output buffer's element order. */
 std::vector<double> reference_output(const LayerProblem &problem, const InputSet &inputs);
 
-/**
- * max |out - want| / max(max |want|, 1); infinite if `out` holds a NaN.
- */
-double relative_error(const Halide::Buffer<> &out, const std::vector<double> &want);
-
 /** The relative error a layer of this storage type may have (f32 1e-5, f16 2e-3, bf16 1.6e-2). */
 double output_tolerance(DType dtype);
+
+/**
+ * An output against the reference: its relative error, max |out - want| / max(max |want|, 1)
+ * (infinite if `out` holds a NaN), and the tolerance of its storage type.
+ */
+struct OutputCheck {
+    double error = 0;
+    double tolerance = 0;
+
+    bool ok() const { return error <= tolerance; }
+    /** "relative error E above the tolerance T" (for a failed check). */
+    std::string describe() const;
+};
+
+/** Checks `out` against `want` (from reference_output) with the problem's tolerance. */
+OutputCheck check_output(const LayerProblem &problem, const Halide::Buffer<> &out,
+                         const std::vector<double> &want);
 
 /** 4 * B * H * Lq * Lk * D: the multiply-adds of scores and P·V, twice. */
 double attention_flops(const AttentionSpec &spec, const ProblemShape &shape);

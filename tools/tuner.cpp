@@ -101,7 +101,6 @@ TuneOutcome tune(const TrialRecord &identity, const ParamSpace &space, const Mea
         outcome.new_trials++;
         progress.trials++;
         progress.elapsed_s = seconds_since(start);
-        outcome.best_by_trial.push_back(progress.best_ms);
         report("search");
     }
 
@@ -162,6 +161,15 @@ TuneOutcome tune(const TrialRecord &identity, const ParamSpace &space, const Mea
             if (r.scheduler == "attngen" && r.ok() && r.params == ranked.front().second &&
                 r.median_ms == ranked.front().first)
                 outcome.winner = r;
+    // Best time against trials over the task's whole history, resumed trials first.
+    double best = -1;
+    for (const TrialRecord &r : outcome.records) {
+        if (r.scheduler != "attngen" || r.phase != "search")
+            continue;
+        if (r.ok() && (best < 0 || r.median_ms < best))
+            best = r.median_ms;
+        outcome.best_by_trial.push_back(best);
+    }
     report("done");
     return outcome;
 }

@@ -60,7 +60,8 @@ struct TuneOutcome {
     int resumed = 0, new_trials = 0;
     std::optional<TrialRecord> winner; ///< the best attngen candidate after re-measurement
     std::optional<double> defaults_ms; ///< the defaults' re-measured median
-    std::vector<double> best_by_trial; ///< best median after each search trial (-1: none yet)
+    /** Best median after each search trial, resumed ones first (-1: none ok yet). */
+    std::vector<double> best_by_trial;
     std::vector<std::string> problems; ///< log write failures
 };
 
