@@ -4,6 +4,7 @@
 #include "attention_algorithm.h"
 #include "expression_lowering.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace attngen {
@@ -69,7 +70,7 @@ Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Exp
 } // namespace
 
 AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in,
-                                Func output) {
+                                Func output, const AlgorithmOptions &options) {
     AttentionStages s;
     s.spec = spec;
     s.output = output;
@@ -142,6 +143,27 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // bounds inference from trimming the scores' region by the mask condition, which would
     // make a tile's region depend on the mask instead of the tile.
     s.masked(k, q, h, b) = Halide::max(score + Halide::select(visible, 0.0f, lowest), lowest);
+
+    // The structured masks bound each query's keys: the reductions below visit only
+    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
+    // causal, window or padding mask hides from a whole tile are skipped rather than computed
+    // and zeroed. The elementwise mask above still decides every key inside the range.
+    if (spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding) {
+        const int block = std::max(options.query_block, 1);
+        Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
+        Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
+        Expr last_q = first_q + (block - 1);
+        Expr key_begin = 0, key_end = in.key_len;
+        if (spec.mask.causal)
+            key_end = Halide::min(key_end, last_q + offset + 1);
+        if (spec.mask.window > 0) {
+            key_begin = Halide::max(key_begin, first_q + offset - (spec.mask.window - 1));
+            key_end = Halide::min(key_end, last_q + offset + spec.mask.window);
+        }
+        if (spec.mask.key_padding)
+            key_end = Halide::min(key_end, in.key_lengths(b));
+        s.r_keys.where(s.r_keys.x >= key_begin && s.r_keys.x < key_end);
+    }
 
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN.

@@ -68,12 +68,25 @@ struct AttentionStages {
     AttentionSpec spec;
 };
 
+/** How the algorithm is written for a schedule; the values it computes do not depend on it. */
+struct AlgorithmOptions {
+    /**
+     * Aligned blocks of this many queries take their key ranges together: with a causal, window
+     * or padding mask the softmax and P·V reductions of a query visit the union of its block's
+     * ranges, so a schedule whose query tiles are these blocks gets loop bounds uniform over a
+     * tile. Keys in the union outside a query's own range are masked as every other key is.
+     * 1 gives each query its own range.
+     */
+    int query_block = 1;
+};
+
 /**
  * Builds the algorithm for a valid spec (check_spec must have returned no errors) and defines
  * `output` (undefined on entry; a generator passes its Output) as the stored result.
  */
 AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &inputs,
-                                Halide::Func output = Halide::Func("output"));
+                                Halide::Func output = Halide::Func("output"),
+                                const AlgorithmOptions &options = {});
 
 /** The Halide type of the spec's storage. */
 Halide::Type storage_type(DType dtype);

@@ -113,20 +113,24 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
             bound.scalars[entry.first] = *entry.second;
         AttentionInputs in = bind_inputs(spec_, bound);
 
-        stages_ = build_attention(spec_, in, *out_);
-        constrain_argument(*out_, out_dims_);
-    }
-
-    void schedule() {
-        std::string params = schedule_params;
-        if (params.empty() && std::string(schedule_name) != "reference" &&
+        // The schedule's parameters are settled first: the algorithm is written for its tiles.
+        schedule_params_ = schedule_params;
+        if (schedule_params_.empty() && std::string(schedule_name) != "reference" &&
             !std::string(tuned).empty()) {
             const TunedLookup lookup = find_tuned_params(tuned, get_target(), spec_, shape_class);
             std::printf("attngen: layer %s, %s: %s\n", spec_.name.c_str(),
                         get_target().to_string().c_str(), lookup.message.c_str());
-            params = lookup.params;
+            schedule_params_ = lookup.params;
         }
-        std::string problem = apply_schedule(stages_, get_target(), schedule_name, params);
+        stages_ = build_attention(
+            spec_, in, *out_,
+            algorithm_options(spec_, get_target(), schedule_name, schedule_params_));
+        constrain_argument(*out_, out_dims_);
+    }
+
+    void schedule() {
+        std::string problem =
+            apply_schedule(stages_, get_target(), schedule_name, schedule_params_);
         if (!problem.empty())
             fail(problem);
     }
@@ -139,6 +143,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
 
     AttentionSpec spec_;
     AttentionStages stages_;
+    std::string schedule_params_; ///< given, or from the tuned tables, or empty: the defaults
     std::map<std::string, std::pair<GeneratorInput<Buffer<>> *, std::vector<TensorDim>>> inputs_;
     std::map<std::string, GeneratorInput<Halide::Expr> *> scalars_;
     GeneratorOutput<Buffer<>> *out_ = nullptr;

@@ -61,11 +61,15 @@ void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent, 
 
 } // namespace
 
+int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
+    return params.query_vectors * target.natural_vector_size<float>();
+}
+
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const CpuScheduleParams &params) {
     const int lanes = target.natural_vector_size<float>();
     const int head_dim = s.spec.resolved_head_dim();
-    const int query_tile = params.query_vectors * lanes;
+    const int query_tile = cpu_query_tile(target, params);
     // A P·V block cannot be taller than the tile it splits: Halide would shift the last block
     // below query 0 (found by `attngen tune`: query_block 12 with an 8-query tile).
     const int query_block = std::min(params.query_block, query_tile);

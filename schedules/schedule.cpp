@@ -100,46 +100,101 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
     return params;
 }
 
-std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name, const std::string &params) {
+namespace {
+
+/** A schedule name, target and parameters resolved to one family and its parameters. */
+struct ResolvedSchedule {
+    enum class Family { reference, cpu, gpu } family = Family::reference;
+    CpuScheduleParams cpu;
+    GpuScheduleParams gpu;
+    std::string problem; ///< why the name, target or parameters do not fit; empty if they do
+};
+
+ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Target &target,
+                                  const std::string &name, const std::string &params) {
+    ResolvedSchedule resolved;
+    using Family = ResolvedSchedule::Family;
     if (name == "reference") {
-        apply_reference_schedule(stages, target);
-        return params.empty() ? "" : "the reference schedule takes no schedule parameters";
+        if (!params.empty())
+            resolved.problem = "the reference schedule takes no schedule parameters";
+        return resolved;
     }
     const bool gpu = target.has_gpu_feature();
     const bool x86 = target.arch == Halide::Target::X86;
     const bool arm = target.arch == Halide::Target::ARM && target.bits == 64;
     if (name == "cuda" || (name == "auto" && gpu)) {
-        if (!gpu)
-            return "schedule 'cuda' needs a GPU target (cuda or opencl), got " +
-                   target.to_string();
-        GpuScheduleParams gpu_params = gpu_schedule_params(stages.spec);
-        if (std::string problem = parse_gpu_schedule_params(params, gpu_params);
-            !problem.empty())
-            return problem;
-        apply_gpu_schedule(stages, target, gpu_params);
-        return "";
+        resolved.family = Family::gpu;
+        if (!gpu) {
+            resolved.problem =
+                "schedule 'cuda' needs a GPU target (cuda or opencl), got " + target.to_string();
+            return resolved;
+        }
+        resolved.gpu = gpu_schedule_params(spec);
+        resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
+        return resolved;
     }
-    if (gpu)
-        return "schedule '" + name + "' is a CPU schedule; a GPU target (" + target.to_string() +
-               ") needs schedule cuda or auto";
+    if (gpu) {
+        resolved.problem = "schedule '" + name + "' is a CPU schedule; a GPU target (" +
+                           target.to_string() + ") needs schedule cuda or auto";
+        return resolved;
+    }
     const bool use_x86 = name == "x86" || (name == "auto" && x86);
     const bool use_arm = name == "arm" || (name == "auto" && arm);
     if (use_x86 && !x86)
-        return "schedule 'x86' needs an x86 target, got " + target.to_string();
-    if (use_arm && !arm)
-        return "schedule 'arm' needs an arm-64 target, got " + target.to_string();
-    if (use_x86 || use_arm) {
-        CpuScheduleParams cpu_params =
-            use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
-        if (std::string problem = parse_cpu_schedule_params(params, cpu_params); !problem.empty())
-            return problem;
-        apply_cpu_schedule(stages, target, cpu_params);
-        return "";
+        resolved.problem = "schedule 'x86' needs an x86 target, got " + target.to_string();
+    else if (use_arm && !arm)
+        resolved.problem = "schedule 'arm' needs an arm-64 target, got " + target.to_string();
+    else if (use_x86 || use_arm) {
+        resolved.family = Family::cpu;
+        resolved.cpu = use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
+        resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
+    } else if (name == "auto")
+        resolved.problem =
+            "no schedule for target " + target.to_string() + " yet; use schedule=reference";
+    else
+        resolved.problem =
+            "unknown schedule '" + name + "'; expected auto, reference, x86, arm or cuda";
+    return resolved;
+}
+
+} // namespace
+
+AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
+                                   const std::string &name, const std::string &params) {
+    const ResolvedSchedule resolved = resolve_schedule(spec, target, name, params);
+    AlgorithmOptions options;
+    if (!resolved.problem.empty())
+        return options;
+    switch (resolved.family) {
+    case ResolvedSchedule::Family::reference:
+        break;
+    case ResolvedSchedule::Family::cpu:
+        options.query_block = cpu_query_tile(target, resolved.cpu);
+        break;
+    case ResolvedSchedule::Family::gpu:
+        options.query_block = resolved.gpu.query_tile;
+        break;
     }
-    if (name == "auto")
-        return "no schedule for target " + target.to_string() + " yet; use schedule=reference";
-    return "unknown schedule '" + name + "'; expected auto, reference, x86, arm or cuda";
+    return options;
+}
+
+std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
+                           const std::string &name, const std::string &params) {
+    const ResolvedSchedule resolved = resolve_schedule(stages.spec, target, name, params);
+    if (!resolved.problem.empty())
+        return resolved.problem;
+    switch (resolved.family) {
+    case ResolvedSchedule::Family::reference:
+        apply_reference_schedule(stages, target);
+        break;
+    case ResolvedSchedule::Family::cpu:
+        apply_cpu_schedule(stages, target, resolved.cpu);
+        break;
+    case ResolvedSchedule::Family::gpu:
+        apply_gpu_schedule(stages, target, resolved.gpu);
+        break;
+    }
+    return "";
 }
 
 } // namespace attngen

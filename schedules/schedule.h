@@ -40,6 +40,9 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
 /** The "key=value,..." form of `params`. */
 std::string to_string(const CpuScheduleParams &params);
 
+/** The queries of one parallel task of the CPU schedule: query_vectors vectors. */
+int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params);
+
 /** Parallel over batch x heads x query tiles, scores and softmax fused into each tile. */
 void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const CpuScheduleParams &params);
@@ -65,6 +68,14 @@ CpuScheduleParams x86_schedule_params(const Halide::Target &target);
 
 /** Register blocks for AArch64 NEON (32 registers of 4 floats). */
 CpuScheduleParams arm_schedule_params(const Halide::Target &target);
+
+/**
+ * How build_attention should write the algorithm for the schedule that apply_schedule will
+ * apply with the same arguments: its query tiles as AlgorithmOptions::query_block. Parameters
+ * that do not parse give the defaults here; apply_schedule reports them.
+ */
+AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
+                                   const std::string &name, const std::string &params = "");
 
 /** The schedule names apply_schedule accepts: "auto" picks by target (cuda for GPU targets). */
 bool is_schedule_name(const std::string &name);

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "Halide.h"
+#include "scratch_pool.h"
 
 #include <cstdlib>
 #include <sstream>
@@ -98,6 +99,13 @@ std::vector<std::string> split_list(const std::string &text) {
         if (!part.empty())
             parts.push_back(part);
     return parts;
+}
+
+void use_scratch_pool(Halide::JITHandlers &handlers) {
+    handlers.custom_malloc = [](Halide::JITUserContext *, size_t bytes) {
+        return scratch::allocate(bytes);
+    };
+    handlers.custom_free = [](Halide::JITUserContext *, void *memory) { scratch::release(memory); };
 }
 
 } // namespace attngen::cli

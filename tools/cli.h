@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace Halide {
+struct JITHandlers;
+}
+
 namespace attngen::cli {
 
 /** ok, a problem with what the user gave (file, options, spec), or a failure of attngen. */
@@ -50,5 +54,12 @@ int command_targets(int argc, char **argv);
 int command_run(int argc, char **argv);
 int command_header(int argc, char **argv);
 int command_tune(int argc, char **argv);
+
+/**
+ * Makes a JIT pipeline take its scratch from the runtime's caching pool, as generated libraries
+ * do: timings then match what an app linking the library sees (Halide's default malloc gives
+ * large blocks back to the OS and faults them in again on every call).
+ */
+void use_scratch_pool(Halide::JITHandlers &handlers);
 
 } // namespace attngen::cli

@@ -99,14 +99,18 @@ int command_run(int argc, char **argv) {
         make_layer_problem(spec, shape, scalar_values, static_cast<uint32_t>(*seed_value));
 
     Halide::Func out("out");
-    AttentionStages stages = build_attention(spec, bind_inputs(spec, problem.bound), out);
-    if (std::string problem =
-            apply_schedule(stages, target, schedule, args.value("schedule-params"));
+    const std::string schedule_params = args.value("schedule-params");
+    AttentionStages stages =
+        build_attention(spec, bind_inputs(spec, problem.bound), out,
+                        algorithm_options(spec, target, schedule, schedule_params));
+    constrain_output(problem, out);
+    if (std::string problem = apply_schedule(stages, target, schedule, schedule_params);
         !problem.empty()) {
         fmt::print(stderr, "attngen run: {}\n", problem);
         return exit_user_error;
     }
     auto started = Clock::now();
+    use_scratch_pool(out.jit_handlers());
     out.compile_jit(target);
     const double compile_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - started).count();

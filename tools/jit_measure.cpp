@@ -1,5 +1,6 @@
 // JIT measurement of one candidate per child process.
 #include "jit_measure.h"
+#include "cli.h"
 
 #include "dsl/attention_algorithm.h"
 #include "generators/bind_inputs.h"
@@ -110,8 +111,14 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
     Halide::Func out("out");
     Halide::Pipeline pipeline;
     try {
-        AttentionStages stages =
-            build_attention(problem_.spec, bind_inputs(problem_.spec, problem_.bound), out);
+        // Halide's autoschedulers get each query's own key range; attngen's schedule its tiles.
+        const AlgorithmOptions options =
+            scheduler == "attngen"
+                ? algorithm_options(problem_.spec, target_, "auto", to_string(params))
+                : AlgorithmOptions{};
+        AttentionStages stages = build_attention(
+            problem_.spec, bind_inputs(problem_.spec, problem_.bound), out, options);
+        constrain_output(problem_, out);
         pipeline = Halide::Pipeline(out);
         if (scheduler == "attngen") {
             if (std::string problem = apply_schedule(stages, target_, "auto", to_string(params));
@@ -137,6 +144,7 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
             pipeline.auto_schedule(scheduler, target_,
                                    Halide::MachineParams(threads_, last_level_cache_bytes(), 40));
         }
+        use_scratch_pool(pipeline.jit_handlers());
         pipeline.compile_jit(target_);
     } catch (const std::exception &e) {
         return {"compile_error", e.what(), -1, {}};

@@ -150,6 +150,7 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
         switch (entry.kind) {
         case EntryArgument::Kind::output:
             problem.out_extents = extents_of(entry, shape);
+            problem.out_dims = entry.dims;
             problem.out_type = type;
             break;
         case EntryArgument::Kind::scalar: {
@@ -178,6 +179,11 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
     problem.inputs = make_inputs(problem, seed);
     bind(problem, problem.inputs);
     return problem;
+}
+
+void constrain_output(const LayerProblem &problem, Halide::Func &out) {
+    Halide::OutputImageParam buffer = out.output_buffer();
+    constrain_argument(buffer, problem.out_dims);
 }
 
 std::vector<InputSet> make_input_sets(const LayerProblem &problem, int count, uint32_t seed) {

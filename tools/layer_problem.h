@@ -43,6 +43,7 @@ struct LayerProblem {
     std::map<std::string, Halide::ImageParam> images;
     InputSet inputs;              ///< what the images are bound to first
     std::vector<int> out_extents; ///< Halide order
+    std::vector<TensorDim> out_dims;
     Halide::Type out_type;
 };
 
@@ -52,6 +53,12 @@ struct LayerProblem {
  */
 LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &shape,
                                 const std::map<std::string, double> &scalars, uint32_t seed);
+
+/**
+ * Constrains the defined output Func `out` as the generator constrains its Output (mins 0,
+ * fixed extents), so that a JIT pipeline is compiled as the generated library is.
+ */
+void constrain_output(const LayerProblem &problem, Halide::Func &out);
 
 /** Another set of inputs of the same shapes, from `seed`. */
 InputSet make_inputs(const LayerProblem &problem, uint32_t seed);
