@@ -1,7 +1,8 @@
 // Benchmarks the generated self-attention layers against the plain way people write attention
-// on a CPU: OpenBLAS sgemm for the scores, a numerically stable row softmax, sgemm for P·V.
-// Both run with the same number of threads. Every row also checks that the two agree; the
-// program exits non-zero when a layer fails or disagrees.
+// on a CPU, the math path: sgemm for the scores, a numerically stable row softmax, sgemm for
+// P·V, with the sgemm of OpenBLAS and with that of oneDNN. All run with the same number of
+// threads. Every row also checks that they agree; the program exits non-zero when a layer
+// fails or disagrees.
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
 #include "bench_d64.h"
@@ -9,6 +10,8 @@
 #include "machine_probes.h"
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -58,7 +61,7 @@ struct Options {
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--help]\n"
-               "  --threads N  worker threads of attngen and of OpenBLAS (default 2)\n"
+               "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
                "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
                "               {} once a run takes over {:.0f} s)\n",
@@ -209,14 +212,40 @@ private:
 };
 
 /**
- * The numerically stable softmax of one row of `length` scores, in place, in separate passes
- * over the contiguous row so that the compiler can vectorize all but std::exp, which stays a
- * scalar call. Without -ffast-math it may not reorder one float accumulator, so the max and the
- * sum keep `lanes` partial results: the sum and the scaling vectorize with GCC and Clang, the
- * max with Clang (GCC 12 leaves it as `lanes` independent scalar chains). Only the order of
- * the sum differs from a plain left-to-right loop.
+ * e^x for x <= 0, written so that compilers vectorize it (no calls, no branches): x = n ln 2 + r
+ * with |r| <= ln 2 / 2 (Cody-Waite, ln 2 in two parts), e^r by its degree-6 Taylor polynomial
+ * (relative error below 2e-7 there), 2^n put into the exponent bits. Below -87 (where e^x
+ * leaves the normal floats, and for -inf) it is 0.
  */
-void softmax_row(float *score, int64_t length) {
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+    constexpr float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    constexpr float round_magic = 12582912.0f; // 1.5 * 2^23: adding it rounds to an integer
+    const float clamped = x < -87.0f ? -87.0f : x;
+    const float n = (clamped * log2e + round_magic) - round_magic;
+    const float r = (clamped - n * ln2_hi) - n * ln2_lo;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t exponent_bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &exponent_bits, sizeof scale);
+    return x < -87.0f ? 0.0f : p * scale;
+}
+
+/**
+ * The numerically stable softmax of one row of `length` scores, in place, in separate passes
+ * over the contiguous row that compilers vectorize (compiled for AVX2 + FMA too, picked at run
+ * time). Without -ffast-math a compiler may not reorder one float accumulator, so the max and
+ * the sum keep `lanes` partial results; only the order of the sum differs from a plain
+ * left-to-right loop. The exponential is exp_nonpositive, not a scalar std::exp call per score:
+ * the peer is meant to be the math path at its best.
+ */
+__attribute__((target_clones("arch=haswell", "default"))) void softmax_row(float *score,
+                                                                          int64_t length) {
     constexpr int64_t lanes = 16;
     const int64_t whole = length - length % lanes;
     float lane_max[lanes];
@@ -227,10 +256,8 @@ void softmax_row(float *score, int64_t length) {
     float row_max = *std::max_element(std::begin(lane_max), std::end(lane_max));
     for (int64_t j = whole; j < length; j++)
         row_max = std::max(row_max, score[j]);
-
     for (int64_t j = 0; j < length; j++)
-        score[j] = std::exp(score[j] - row_max);
-
+        score[j] = exp_nonpositive(score[j] - row_max);
     float lane_sum[lanes] = {};
     for (int64_t j = 0; j < whole; j += lanes)
         for (int64_t k = 0; k < lanes; k++)
@@ -240,44 +267,77 @@ void softmax_row(float *score, int64_t length) {
         row_sum += sum;
     for (int64_t j = whole; j < length; j++)
         row_sum += score[j];
-
     const float inverse_sum = 1.0f / row_sum;
     for (int64_t j = 0; j < length; j++)
         score[j] *= inverse_sum;
 }
 
+/** The sgemm libraries the math path is measured with. */
+enum class Blas { openblas, onednn };
+
+const char *blas_name(Blas blas) { return blas == Blas::openblas ? "OpenBLAS" : "oneDNN"; }
+
+/** Row-major C (M x N) = alpha * A (M x K) * op(B), op(B) = B (K x N) or Bᵀ (B: N x K). */
+void sgemm(Blas blas, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+    if (blas == Blas::openblas) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+                    static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                    alpha, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
+                    static_cast<blasint>(ldc));
+        return;
+    }
+    const dnnl_status_t status =
+        dnnl_sgemm('N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    if (status != dnnl_success) {
+        fmt::print(stderr, "bench_attention: dnnl_sgemm failed with status {}\n",
+                   static_cast<int>(status));
+        std::abort();
+    }
+}
+
+/** Query rows per block of the peer: their scores (rows x L floats) stay in L2 up to L = 2048. */
+constexpr int64_t peer_rows = 64;
+
 /**
- * The peer, written the way people write it: per (batch, head), S = scale·Q·Kᵀ with sgemm
- * (the full matrix, even when causal), masked keys set to -inf, a stable softmax per row, and
- * O = P·V with sgemm. Tensors are (B, H, L, D) row-major; `scores` holds one head's L x L.
- * The sgemms run on OpenBLAS's threads; the softmax of each head splits its rows into one
- * contiguous chunk per thread of `pool`, which has as many.
+ * The peer, the math path written well: the (batch, head, block of peer_rows queries) tasks are
+ * shared out over the threads of `pool`; each computes its block's scores S = scale·Q·Kᵀ with a
+ * single-threaded sgemm (all keys, even the ones a causal mask hides), sets masked keys to -inf,
+ * takes a stable softmax per row and O = P·V with a second sgemm. The block's scores stay in
+ * cache between the three steps. Tensors are (B, H, L, D) row-major; `scores` holds
+ * pool.size() blocks.
  */
-void blas_attention(const attngen::LayerInfo &info, int64_t length, const float *query,
+void blas_attention(Blas blas, const attngen::LayerInfo &info, int64_t length, const float *query,
                     const float *key, const float *value, float *out, std::vector<float> &scores,
                     WorkerPool &pool) {
     const int64_t query_len = length, key_len = length, dim = info.head_dim;
     const int64_t head_size = length * dim;
-    const int64_t chunks = pool.size();
-    const std::function<void(int)> softmax_rows = [&](int chunk) {
-        const int64_t first = query_len * chunk / chunks, last = query_len * (chunk + 1) / chunks;
-        for (int64_t row = first; row < last; row++) {
-            float *score = scores.data() + row * key_len;
-            if (info.causal) // key j is visible to query i iff j <= i + (Lk - Lq)
-                std::fill(score + row + (key_len - query_len) + 1, score + key_len,
-                          -std::numeric_limits<float>::infinity());
-            softmax_row(score, key_len);
+    const int64_t blocks_per_head = (query_len + peer_rows - 1) / peer_rows;
+    const int64_t tasks = batch * info.heads * blocks_per_head;
+    std::atomic<int64_t> next_task{0};
+    const std::function<void(int)> work = [&](int thread) {
+        if (blas == Blas::onednn)
+            omp_set_num_threads(1); // this thread's sgemm runs on this thread only
+        float *block_scores = scores.data() + thread * peer_rows * key_len;
+        for (int64_t task; (task = next_task.fetch_add(1)) < tasks;) {
+            const int64_t head = task / blocks_per_head;
+            const int64_t first = (task % blocks_per_head) * peer_rows;
+            const int64_t rows = std::min(peer_rows, query_len - first);
+            sgemm(blas, true, rows, key_len, dim, static_cast<float>(info.scale),
+                  query + head * head_size + first * dim, dim, key + head * head_size, dim,
+                  block_scores, key_len);
+            for (int64_t row = 0; row < rows; row++) {
+                float *score = block_scores + row * key_len;
+                if (info.causal) // key j is visible to query i iff j <= i + (Lk - Lq)
+                    std::fill(score + first + row + (key_len - query_len) + 1, score + key_len,
+                              -std::numeric_limits<float>::infinity());
+                softmax_row(score, key_len);
+            }
+            sgemm(blas, false, rows, dim, key_len, 1.0f, block_scores, key_len,
+                  value + head * head_size, dim, out + head * head_size + first * dim, dim);
         }
     };
-    for (int64_t head = 0; head < batch * info.heads; head++) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, query_len, key_len, dim,
-                    static_cast<float>(info.scale), query + head * head_size, dim,
-                    key + head * head_size, dim, 0.0f, scores.data(), key_len);
-        pool.run(softmax_rows);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, query_len, dim, key_len, 1.0f,
-                    scores.data(), key_len, value + head * head_size, dim, 0.0f,
-                    out + head * head_size, dim);
-    }
+    pool.run(work);
 }
 
 /** Median wall time in ms of `runs` calls of `call`, or of fewer once a call is slow. */
@@ -315,17 +375,20 @@ double max_abs(const std::vector<float> &values) {
     return largest;
 }
 
+constexpr Blas peers[] = {Blas::openblas, Blas::onednn};
+
 /** One row of the table; attngen_ms is NaN when the layer failed. */
 struct RowResult {
     double attngen_ms = std::numeric_limits<double>::quiet_NaN();
-    double blas_ms = 0;
+    double peer_ms[std::size(peers)] = {};
     const char *check = "ok";                                       ///< ok, MISMATCH or ERROR
     attngen::CpuVariant code_path = attngen::CpuVariant::automatic; ///< of the warm-up call
 };
 
 /**
- * Times `layer` and then the peer on fresh random inputs, each after one warm-up run, and
- * compares their outputs. Problems are described on stderr and marked in `check`.
+ * Times `layer` and then each peer on fresh random inputs, each after one warm-up run, and
+ * compares attngen's output with each peer's. Problems are described on stderr and marked in
+ * `check`.
  */
 RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
     const attngen::LayerInfo &info = layer.info;
@@ -336,7 +399,7 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
     const std::vector<float> key = random_tensor(rng, size);
     const std::vector<float> value = random_tensor(rng, size);
     std::vector<float> out(static_cast<size_t>(size)), reference(out.size());
-    std::vector<float> scores(static_cast<size_t>(length * length));
+    std::vector<float> scores(static_cast<size_t>(pool.size() * peer_rows * length));
 
     attngen::Arguments args;
     args.query = attngen::view(query.data(), {batch, heads, length, dim});
@@ -349,10 +412,6 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
         if (!result && status)
             status = result;
     };
-    auto run_blas = [&] {
-        blas_attention(info, length, query.data(), key.data(), value.data(), reference.data(),
-                       scores, pool);
-    };
 
     RowResult row;
     std::this_thread::sleep_for(blas_idle_spin);
@@ -360,23 +419,29 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
     row.code_path = attngen::last_cpu_variant();
     if (status)
         row.attngen_ms = median_ms(run_attngen, runs);
-    run_blas();
-    row.blas_ms = median_ms(run_blas, runs);
-
     if (!status) {
         fmt::print(stderr, "bench_attention: {} at L={}: {}\n", info.name, length,
                    status.message());
         row.attngen_ms = std::numeric_limits<double>::quiet_NaN();
         row.check = "ERROR";
-        return row;
     }
-    // Both are deterministic, so the outputs of their last runs are those of every run.
-    const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
-    const double diff = max_abs_diff(out, reference);
-    if (!(diff <= limit)) {
-        fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - BLAS| = {:g} > {:g}\n",
-                   info.name, length, diff, limit);
-        row.check = "MISMATCH";
+    for (size_t i = 0; i < std::size(peers); i++) {
+        auto run_peer = [&] {
+            blas_attention(peers[i], info, length, query.data(), key.data(), value.data(),
+                           reference.data(), scores, pool);
+        };
+        run_peer();
+        row.peer_ms[i] = median_ms(run_peer, runs);
+        if (!status)
+            continue;
+        // All are deterministic, so the outputs of their last runs are those of every run.
+        const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
+        const double diff = max_abs_diff(out, reference);
+        if (!(diff <= limit)) {
+            fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - {}| = {:g} > {:g}\n",
+                       info.name, length, blas_name(peers[i]), diff, limit);
+            row.check = "MISMATCH";
+        }
     }
     return row;
 }
@@ -417,19 +482,16 @@ int main(int argc, char **argv) {
         fmt::print(stderr, "bench_attention: {}\n", status.message());
         return 1;
     }
-    openblas_set_num_threads(options.threads);
-    if (openblas_get_num_threads() != options.threads) {
-        fmt::print(stderr, "bench_attention: --threads {} but OpenBLAS runs at most {} threads\n",
-                   options.threads, openblas_get_num_threads());
-        return 1;
-    }
+    // The peers run --threads threads of their own, each calling single-threaded sgemms.
+    openblas_set_num_threads(1);
 
-    WorkerPool softmax_pool(options.threads); // the peer's softmax, as many threads as OpenBLAS
+    WorkerPool peer_pool(options.threads); // the peers' threads
 
     const attngen::Layer *layers[] = {&bench_d64_layer(), &bench_d64_causal_layer(),
                                       &bench_d128_layer(), &bench_d128_causal_layer()};
 
-    fmt::print("attngen vs OpenBLAS sgemm + softmax + sgemm: threads {}, seed {}, CPU {}\n",
+    fmt::print("attngen vs the math path (sgemm + softmax + sgemm) with OpenBLAS and with oneDNN: "
+               "threads {}, seed {}, CPU {}\n",
                options.threads, seed, cpu_model());
     const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(options.threads);
     const double bandwidth = attngen_bench::measure_read_bandwidth(options.threads);
@@ -440,14 +502,16 @@ int main(int argc, char **argv) {
                layers[0]->info.heads, options.runs, options.runs == 1 ? "" : "s");
     if (options.runs > slow_runs)
         fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
-    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; ratio = BLAS ms / attngen ms;\n"
-               "peak = attngen GFLOP/s / measured FMA peak\n"
-               "check: max|attngen - BLAS| <= {:g} * max|BLAS| + {:g}\n\n",
+    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
+               "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
+               "GFLOP/s, and ratio = its ms / attngen ms)\n"
+               "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
                relative_tolerance, absolute_tolerance);
-    const std::string header =
-        fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | {:>10} | {:>7} | {:>6} | {}",
-                    "D", "mask", "L", "attngen ms", "GFLOP/s", "peak", "BLAS ms", "GFLOP/s",
-                    "ratio", "check");
+    const std::string header = fmt::format(
+        "{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | {:>11} | {:>7} | {:>6} | {:>9} | "
+        "{:>7} | {:>6} | {}",
+        "D", "mask", "L", "attngen ms", "GFLOP/s", "peak", "OpenBLAS ms", "GFLOP/s", "ratio",
+        "oneDNN ms", "GFLOP/s", "ratio", "check");
     fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
     std::fflush(stdout);
 
@@ -459,7 +523,7 @@ int main(int argc, char **argv) {
         for (int64_t length : lengths) {
             if (length > options.max_len)
                 continue;
-            RowResult row = measure(*layer, length, options.runs, softmax_pool);
+            RowResult row = measure(*layer, length, options.runs, peer_pool);
             if (!code_path)
                 code_path = row.code_path;
             if (std::strcmp(row.check, "ok") != 0)
@@ -467,22 +531,29 @@ int main(int argc, char **argv) {
             const double flops = 4.0 * double(batch * info.heads * length * length) *
                                  info.head_dim * (info.causal ? 0.5 : 1.0);
             const double gflops = flops / row.attngen_ms * 1e-6;
-            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {} | {} | {} | {}\n",
-                       info.head_dim, info.causal ? "causal" : "none", length,
-                       column(row.attngen_ms, 10, 3), column(gflops, 7, 1),
+            std::string peer_columns;
+            for (size_t i = 0; i < std::size(peers); i++) {
+                const double ms = row.peer_ms[i];
+                peer_columns += fmt::format("{} | {} | {} | ", column(ms, i == 0 ? 11 : 9, 3),
+                                            column(flops / ms * 1e-6, 7, 1),
+                                            column(ms / row.attngen_ms, 6, 2, "x"));
+            }
+            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {}{}\n", info.head_dim,
+                       info.causal ? "causal" : "none", length, column(row.attngen_ms, 10, 3),
+                       column(gflops, 7, 1),
                        column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
-                       column(row.blas_ms, 10, 3),
-                       column(flops / row.blas_ms * 1e-6, 7, 1),
-                       column(row.blas_ms / row.attngen_ms, 6, 2, "x"), row.check);
+                       peer_columns, row.check);
             std::fflush(stdout);
         }
     }
 
-    fmt::print("\nattngen code path: {}; OpenBLAS core: {} ({})\n",
+    const dnnl_version_t *onednn = dnnl_version();
+    fmt::print("\nattngen code path: {}; OpenBLAS core: {} ({}); oneDNN {}.{}.{} (CPU ISA {})\n",
                attngen::cpu_variant_name(code_path.value_or(attngen::CpuVariant::automatic)),
-               openblas_get_corename(), openblas_get_config());
+               openblas_get_corename(), openblas_get_config(), onednn->major, onednn->minor,
+               onednn->patch, static_cast<int>(dnnl_get_effective_cpu_isa()));
     if (failures > 0) {
-        fmt::print(stderr, "bench_attention: {} row(s) failed or disagreed with OpenBLAS\n",
+        fmt::print(stderr, "bench_attention: {} row(s) failed or disagreed with the math path\n",
                    failures);
         return 1;
     }
