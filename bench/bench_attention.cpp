@@ -7,23 +7,24 @@
 #include "bench_d128_causal.h"
 #include "bench_d64.h"
 #include "bench_d64_causal.h"
+#include "bench_decode.h"
 #include "machine_probes.h"
 
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
 #include <fmt/format.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -36,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -53,19 +56,32 @@ constexpr int slow_runs = 3;
 // they sleep; attngen is timed only after they have, so that they do not take its cores.
 constexpr std::chrono::milliseconds blas_idle_spin{250};
 
+// Decode: one query against a long cache, grouped-query heads (bench_decode: H=32, Hkv=8).
+constexpr int64_t decode_lengths[] = {1024, 4096, 16384, 32768};
+// The decode inputs are rotated through copies that together exceed the last-level cache.
+constexpr size_t decode_rotation_bytes = size_t(256) << 20;
+// Peak memory: one call of bench_d64 at this length.
+constexpr int64_t memory_len = 16384;
+
 struct Options {
     int threads = 2;
     int64_t max_len = longest;
     int runs = 5;
+    bool decode = true;
+    bool memory = true;
 };
 
 void print_usage() {
-    fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--help]\n"
+    fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--no-decode]\n"
+               "                       [--no-memory] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
                "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
-               "               {} once a run takes over {:.0f} s)\n",
-               longest, slow_runs, slow_run_ms / 1000);
+               "               {} once a run takes over {:.0f} s)\n"
+               "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
+               "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
+               longest, slow_runs, slow_run_ms / 1000,
+               decode_lengths[std::size(decode_lengths) - 1], memory_len);
 }
 
 /** `text` as an integer in [low, high], or nullopt after saying on stderr what is wrong. */
@@ -89,6 +105,10 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
         if (option == "--help" || option == "-h") {
             help = true;
             return std::nullopt;
+        }
+        if (option == "--no-decode" || option == "--no-memory") {
+            (option == "--no-decode" ? options.decode : options.memory) = false;
+            continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--runs") {
             fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
@@ -150,7 +170,7 @@ std::vector<float> random_tensor(std::mt19937 &rng, int64_t size) {
  * would add tens of microseconds to every job.
  */
 class WorkerPool {
-public:
+  public:
     explicit WorkerPool(int size) : size_(size) {
         for (int index = 1; index < size; index++)
             workers_.emplace_back([this, index] { work(index); });
@@ -183,7 +203,7 @@ public:
             std::this_thread::yield();
     }
 
-private:
+  private:
     void work(int index) {
         uint64_t seen = 0;
         for (;;) {
@@ -206,7 +226,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     const std::function<void(int)> *job_ = nullptr; ///< guarded by mutex_, like the two below
-    uint64_t generation_ = 0;                        ///< how many jobs have been started
+    uint64_t generation_ = 0;                       ///< how many jobs have been started
     bool stopping_ = false;
     std::atomic<int> busy_{0}; ///< workers still running the current job
 };
@@ -245,7 +265,7 @@ private:
  * the peer is meant to be the math path at its best.
  */
 __attribute__((target_clones("arch=haswell", "default"))) void softmax_row(float *score,
-                                                                          int64_t length) {
+                                                                           int64_t length) {
     constexpr int64_t lanes = 16;
     const int64_t whole = length - length % lanes;
     float lane_max[lanes];
@@ -275,7 +295,9 @@ __attribute__((target_clones("arch=haswell", "default"))) void softmax_row(float
 /** The sgemm libraries the math path is measured with. */
 enum class Blas { openblas, onednn };
 
-const char *blas_name(Blas blas) { return blas == Blas::openblas ? "OpenBLAS" : "oneDNN"; }
+const char *blas_name(Blas blas) {
+    return blas == Blas::openblas ? "OpenBLAS" : "oneDNN";
+}
 
 /** Row-major C (M x N) = alpha * A (M x K) * op(B), op(B) = B (K x N) or Bᵀ (B: N x K). */
 void sgemm(Blas blas, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -446,6 +468,164 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
     return row;
 }
 
+/** Attention for one query per head, in double precision: (H, D) from q (H, D), k/v (Hkv, Lk, D).
+ */
+std::vector<double> decode_reference(const attngen::LayerInfo &info, int64_t key_len,
+                                     const float *query, const float *key, const float *value) {
+    const int64_t heads = info.heads, dim = info.head_dim, group = info.heads / info.kv_heads;
+    std::vector<double> out(static_cast<size_t>(heads * dim)), score(static_cast<size_t>(key_len));
+    for (int64_t h = 0; h < heads; h++) {
+        const float *k = key + (h / group) * key_len * dim,
+                    *v = value + (h / group) * key_len * dim;
+        double top = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (int64_t j = 0; j < key_len; j++) {
+            double dot = 0;
+            for (int64_t d = 0; d < dim; d++)
+                dot += double(query[h * dim + d]) * double(k[j * dim + d]);
+            score[j] = info.scale * dot;
+            top = std::max(top, score[j]);
+        }
+        for (int64_t j = 0; j < key_len; j++) {
+            const double p = std::exp(score[j] - top);
+            sum += p;
+            for (int64_t d = 0; d < dim; d++)
+                out[h * dim + d] += p * double(v[j * dim + d]);
+        }
+        for (int64_t d = 0; d < dim; d++)
+            out[h * dim + d] /= sum;
+    }
+    return out;
+}
+
+/** One row of the decode table; ms is NaN when the layer failed. */
+struct DecodeResult {
+    double ms = std::numeric_limits<double>::quiet_NaN();
+    double bytes = 0; ///< K and V once, plus Q and the output
+    const char *check = "ok";
+};
+
+/**
+ * Times `layer` (B=1, Lq=1) at `key_len`, rotating through copies of the inputs that together
+ * exceed the caches, and checks the first copy's output against decode_reference.
+ */
+DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int runs) {
+    const attngen::LayerInfo &info = layer.info;
+    const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
+    const int64_t query_size = heads * dim, cache_size = kv_heads * key_len * dim;
+    DecodeResult result;
+    result.bytes = 4.0 * double(2 * cache_size + 2 * query_size);
+    const size_t copies =
+        std::clamp<size_t>(decode_rotation_bytes / static_cast<size_t>(result.bytes) + 1, 1, 32);
+    std::mt19937 rng(seed);
+    struct Copy {
+        std::vector<float> query, key, value, out;
+    };
+    std::vector<Copy> set(copies);
+    for (Copy &copy : set) {
+        copy.query = random_tensor(rng, query_size);
+        copy.key = random_tensor(rng, cache_size);
+        copy.value = random_tensor(rng, cache_size);
+        copy.out.assign(static_cast<size_t>(query_size), 0.0f);
+    }
+    attngen::Status status;
+    size_t next = 0;
+    auto run_one = [&] {
+        Copy &copy = set[next++ % copies];
+        attngen::Arguments args;
+        args.query = attngen::view(copy.query.data(), {1, heads, 1, dim});
+        args.key = attngen::view(copy.key.data(), {1, kv_heads, key_len, dim});
+        args.value = attngen::view(copy.value.data(), {1, kv_heads, key_len, dim});
+        args.out = attngen::mutable_view(copy.out.data(), {1, heads, 1, dim});
+        attngen::Status call = attngen::run(layer, args);
+        if (!call && status)
+            status = call;
+    };
+    std::this_thread::sleep_for(blas_idle_spin);
+    run_one();
+    result.ms = median_ms(run_one, std::max<int>(runs, static_cast<int>(copies)));
+    if (!status) {
+        fmt::print(stderr, "bench_attention: {} at Lk={}: {}\n", info.name, key_len,
+                   status.message());
+        result.ms = std::numeric_limits<double>::quiet_NaN();
+        result.check = "ERROR";
+        return result;
+    }
+    const std::vector<double> want = decode_reference(info, key_len, set[0].query.data(),
+                                                      set[0].key.data(), set[0].value.data());
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+        worst = std::max(worst, std::fabs(double(set[0].out[i]) - want[i]));
+        largest = std::max(largest, std::fabs(want[i]));
+    }
+    if (!(worst <= relative_tolerance * largest + absolute_tolerance)) {
+        fmt::print(stderr, "bench_attention: {} at Lk={}: max|attngen - reference| = {:g}\n",
+                   info.name, key_len, worst);
+        result.check = "MISMATCH";
+    }
+    return result;
+}
+
+/** This process's resident memory now, from /proc/self/statm, in bytes. */
+size_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    size_t pages_total = 0, pages_resident = 0;
+    statm >> pages_total >> pages_resident;
+    return pages_resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+/**
+ * In a child process (so that nothing the benchmark did before counts): allocates and fills
+ * the inputs and output of `layer` at L = memory_len, runs it once, and prints how far resident
+ * memory rose above what it was before the tensors, against their size. Returns false when the
+ * call failed or memory rose above twice the tensors.
+ */
+bool report_peak_memory(const attngen::Layer &layer) {
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child < 0) {
+        fmt::print(stderr, "bench_attention: fork failed: {}\n", std::strerror(errno));
+        return false;
+    }
+    if (child == 0) {
+        const attngen::LayerInfo &info = layer.info;
+        const int64_t size = batch * info.heads * memory_len * info.head_dim;
+        const size_t before = resident_bytes();
+        std::mt19937 rng(seed);
+        const std::vector<float> query = random_tensor(rng, size), key = random_tensor(rng, size),
+                                 value = random_tensor(rng, size);
+        std::vector<float> out(static_cast<size_t>(size), 0.0f);
+        attngen::Arguments args;
+        args.query = attngen::view(query.data(), {batch, info.heads, memory_len, info.head_dim});
+        args.key = attngen::view(key.data(), {batch, info.heads, memory_len, info.head_dim});
+        args.value = attngen::view(value.data(), {batch, info.heads, memory_len, info.head_dim});
+        args.out =
+            attngen::mutable_view(out.data(), {batch, info.heads, memory_len, info.head_dim});
+        const Clock::time_point start = Clock::now();
+        const attngen::Status status = attngen::run(layer, args);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+        rusage usage{};
+        getrusage(RUSAGE_SELF, &usage);
+        const double peak = double(usage.ru_maxrss) * 1024; // Linux reports KiB
+        const double tensors = 4.0 * double(4 * size), rise = peak - double(before);
+        const bool ok = status && rise <= 2 * tensors;
+        fmt::print("\npeak memory, {} at B={} H={} L={} D={}: inputs and output {:.1f} MiB; "
+                   "resident memory rose {:.1f} MiB ({:.2f}x them; limit 2x; the math path's "
+                   "scores alone would be {:.1f} GiB); one call {:.0f} ms: {}\n",
+                   info.name, batch, info.heads, memory_len, info.head_dim, tensors / 1048576,
+                   rise / 1048576, rise / tensors,
+                   4.0 * double(batch * info.heads) * double(memory_len * memory_len) / 1073741824,
+                   ms,
+                   !status ? status.message()
+                   : ok    ? "ok"
+                           : "ABOVE LIMIT");
+        std::fflush(stdout);
+        _exit(ok ? 0 : 1);
+    }
+    int wait_status = 0;
+    waitpid(child, &wait_status, 0);
+    return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
+
 /** `value` right-aligned in `width` columns with `decimals` digits, or "-" for NaN. */
 std::string column(double value, int width, int decimals, const char *suffix = "") {
     if (std::isnan(value))
@@ -463,8 +643,9 @@ int main(int argc, char **argv) {
     if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
         setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
         execv("/proc/self/exe", argv);
-        fmt::print(stderr, "bench_attention: could not re-run with OPENBLAS_THREAD_TIMEOUT=4: {}; "
-                           "measuring with OpenBLAS's default\n",
+        fmt::print(stderr,
+                   "bench_attention: could not re-run with OPENBLAS_THREAD_TIMEOUT=4: {}; "
+                   "measuring with OpenBLAS's default\n",
                    std::strerror(errno));
     }
 
@@ -502,11 +683,12 @@ int main(int argc, char **argv) {
                layers[0]->info.heads, options.runs, options.runs == 1 ? "" : "s");
     if (options.runs > slow_runs)
         fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
-    fmt::print("\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
-               "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
-               "GFLOP/s, and ratio = its ms / attngen ms)\n"
-               "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
-               relative_tolerance, absolute_tolerance);
+    fmt::print(
+        "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
+        "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
+        "GFLOP/s, and ratio = its ms / attngen ms)\n"
+        "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
+        relative_tolerance, absolute_tolerance);
     const std::string header = fmt::format(
         "{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | {:>11} | {:>7} | {:>6} | {:>9} | "
         "{:>7} | {:>6} | {}",
@@ -546,6 +728,29 @@ int main(int argc, char **argv) {
             std::fflush(stdout);
         }
     }
+
+    if (options.decode) {
+        const attngen::LayerInfo &info = bench_decode_layer().info;
+        fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; median of at least {} runs, "
+                   "rotating input copies of 256 MiB or more;\nGB/s = (K + V + Q + out bytes) / "
+                   "time; bw = GB/s / the measured read bandwidth; check: against float64\n\n",
+                   info.heads, info.kv_heads, info.head_dim, options.runs);
+        const std::string decode_header = fmt::format("{:>6} | {:>10} | {:>7} | {:>5} | {}", "Lk",
+                                                      "attngen ms", "GB/s", "bw", "check");
+        fmt::print("{}\n{}\n", decode_header, std::string(decode_header.size(), '-'));
+        for (int64_t key_len : decode_lengths) {
+            const DecodeResult row = measure_decode(bench_decode_layer(), key_len, options.runs);
+            if (std::strcmp(row.check, "ok") != 0)
+                failures++;
+            const double gbps = row.bytes / row.ms * 1e-6;
+            fmt::print("{:>6} | {} | {} | {} | {}\n", key_len, column(row.ms, 10, 3),
+                       column(gbps, 7, 1),
+                       column(bandwidth > 0 ? 100 * gbps / bandwidth : NAN, 5, 0, "%"), row.check);
+            std::fflush(stdout);
+        }
+    }
+    if (options.memory && !report_peak_memory(bench_d64_layer()))
+        failures++;
 
     const dnnl_version_t *onednn = dnnl_version();
     fmt::print("\nattngen code path: {}; OpenBLAS core: {} ({}); oneDNN {}.{}.{} (CPU ISA {})\n",
