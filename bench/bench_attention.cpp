@@ -379,7 +379,8 @@ template <typename Call> double median_ms(const Call &call, int runs) {
 }
 
 /** The largest |actual - expected|, or NaN if any difference is NaN. */
-double max_abs_diff(const std::vector<float> &actual, const std::vector<float> &expected) {
+template <typename Expected>
+double max_abs_diff(const std::vector<float> &actual, const std::vector<Expected> &expected) {
     double worst = 0;
     for (size_t i = 0; i < actual.size(); i++) {
         double diff = std::fabs(double(actual[i]) - double(expected[i]));
@@ -390,9 +391,9 @@ double max_abs_diff(const std::vector<float> &actual, const std::vector<float> &
     return worst;
 }
 
-double max_abs(const std::vector<float> &values) {
+template <typename Value> double max_abs(const std::vector<Value> &values) {
     double largest = 0;
-    for (float value : values)
+    for (Value value : values)
         largest = std::max(largest, std::fabs(double(value)));
     return largest;
 }
@@ -552,12 +553,8 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int ru
     }
     const std::vector<double> want = decode_reference(info, key_len, set[0].query.data(),
                                                       set[0].key.data(), set[0].value.data());
-    double worst = 0, largest = 0;
-    for (size_t i = 0; i < want.size(); i++) {
-        worst = std::max(worst, std::fabs(double(set[0].out[i]) - want[i]));
-        largest = std::max(largest, std::fabs(want[i]));
-    }
-    if (!(worst <= relative_tolerance * largest + absolute_tolerance)) {
+    const double worst = max_abs_diff(set[0].out, want);
+    if (!(worst <= relative_tolerance * max_abs(want) + absolute_tolerance)) {
         fmt::print(stderr, "bench_attention: {} at Lk={}: max|attngen - reference| = {:g}\n",
                    info.name, key_len, worst);
         result.check = "MISMATCH";
@@ -689,11 +686,13 @@ int main(int argc, char **argv) {
         "GFLOP/s, and ratio = its ms / attngen ms)\n"
         "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
         relative_tolerance, absolute_tolerance);
-    const std::string header = fmt::format(
-        "{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | {:>11} | {:>7} | {:>6} | {:>9} | "
-        "{:>7} | {:>6} | {}",
-        "D", "mask", "L", "attngen ms", "GFLOP/s", "peak", "OpenBLAS ms", "GFLOP/s", "ratio",
-        "oneDNN ms", "GFLOP/s", "ratio", "check");
+    // A peer's columns: "<library> ms", its GFLOP/s and the ratio, as wide as their headings.
+    auto peer_ms_heading = [](Blas blas) { return fmt::format("{} ms", blas_name(blas)); };
+    std::string header = fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | ", "D",
+                                     "mask", "L", "attngen ms", "GFLOP/s", "peak");
+    for (Blas blas : peers)
+        header += fmt::format("{} | {:>7} | {:>6} | ", peer_ms_heading(blas), "GFLOP/s", "ratio");
+    header += "check";
     fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
     std::fflush(stdout);
 
@@ -716,9 +715,10 @@ int main(int argc, char **argv) {
             std::string peer_columns;
             for (size_t i = 0; i < std::size(peers); i++) {
                 const double ms = row.peer_ms[i];
-                peer_columns += fmt::format("{} | {} | {} | ", column(ms, i == 0 ? 11 : 9, 3),
-                                            column(flops / ms * 1e-6, 7, 1),
-                                            column(ms / row.attngen_ms, 6, 2, "x"));
+                peer_columns += fmt::format(
+                    "{} | {} | {} | ",
+                    column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
+                    column(flops / ms * 1e-6, 7, 1), column(ms / row.attngen_ms, 6, 2, "x"));
             }
             fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {}{}\n", info.head_dim,
                        info.causal ? "causal" : "none", length, column(row.attngen_ms, 10, 3),

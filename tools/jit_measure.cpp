@@ -112,16 +112,17 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
     Halide::Pipeline pipeline;
     try {
         // Halide's autoschedulers get each query's own key range; attngen's schedule its tiles.
+        const std::string schedule_params = to_string(params);
         const AlgorithmOptions options =
             scheduler == "attngen"
-                ? algorithm_options(problem_.spec, target_, "auto", to_string(params))
+                ? algorithm_options(problem_.spec, target_, "auto", schedule_params)
                 : AlgorithmOptions{};
         AttentionStages stages = build_attention(
             problem_.spec, bind_inputs(problem_.spec, problem_.bound), out, options);
         constrain_output(problem_, out);
         pipeline = Halide::Pipeline(out);
         if (scheduler == "attngen") {
-            if (std::string problem = apply_schedule(stages, target_, "auto", to_string(params));
+            if (std::string problem = apply_schedule(stages, target_, "auto", schedule_params);
                 !problem.empty())
                 return {"compile_error", problem, -1, {}};
         } else {
