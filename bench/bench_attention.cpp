@@ -362,20 +362,30 @@ void blas_attention(Blas blas, const attngen::LayerInfo &info, int64_t length, c
     pool.run(work);
 }
 
+/** The median of `values` (not empty). */
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    size_t middle = values.size() / 2;
+    return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+/** Wall time in ms of one call of `call`. */
+template <typename Call> double elapsed_ms(const Call &call) {
+    Clock::time_point start = Clock::now();
+    call();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
 /** Median wall time in ms of `runs` calls of `call`, or of fewer once a call is slow. */
 template <typename Call> double median_ms(const Call &call, int runs) {
     std::vector<double> times;
     int planned = runs;
     while (static_cast<int>(times.size()) < planned) {
-        Clock::time_point start = Clock::now();
-        call();
-        times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        times.push_back(elapsed_ms(call));
         if (times.back() > slow_run_ms)
             planned = std::min(runs, slow_runs);
     }
-    std::sort(times.begin(), times.end());
-    size_t middle = times.size() / 2;
-    return times.size() % 2 ? times[middle] : (times[middle - 1] + times[middle]) / 2;
+    return median(times);
 }
 
 /** The largest |actual - expected|, or NaN if any difference is NaN. */
@@ -501,7 +511,8 @@ std::vector<double> decode_reference(const attngen::LayerInfo &info, int64_t key
 /** One row of the decode table; ms is NaN when the layer failed. */
 struct DecodeResult {
     double ms = std::numeric_limits<double>::quiet_NaN();
-    double bytes = 0; ///< K and V once, plus Q and the output
+    double probe_gbps = 0; ///< median of read-probe passes just before and after the calls
+    double bytes = 0;      ///< K and V once, plus Q and the output
     const char *check = "ok";
 };
 
@@ -509,7 +520,8 @@ struct DecodeResult {
  * Times `layer` (B=1, Lq=1) at `key_len`, rotating through copies of the inputs that together
  * exceed the caches, and checks the first copy's output against decode_reference.
  */
-DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int runs) {
+DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int runs,
+                            attngen_bench::ReadProbe &probe) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
     const int64_t query_size = heads * dim, cache_size = kv_heads * key_len * dim;
@@ -542,8 +554,18 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int ru
             status = call;
     };
     std::this_thread::sleep_for(blas_idle_spin);
+    // The bandwidth these calls are held to drifts on shared machines: probe passes right
+    // before and right after the timed calls measure it under the same conditions. (A pass
+    // between calls would let the thread pool fall asleep, which back-to-back calls of a
+    // model's layers do not see.)
+    std::vector<double> probes;
+    for (int i = 0; i < 3; i++)
+        probes.push_back(probe.measure());
     run_one();
     result.ms = median_ms(run_one, std::max<int>(runs, static_cast<int>(copies)));
+    for (int i = 0; i < 3; i++)
+        probes.push_back(probe.measure());
+    result.probe_gbps = median(probes);
     if (!status) {
         fmt::print(stderr, "bench_attention: {} at Lk={}: {}\n", info.name, key_len,
                    status.message());
@@ -733,19 +755,25 @@ int main(int argc, char **argv) {
         const attngen::LayerInfo &info = bench_decode_layer().info;
         fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; median of at least {} runs, "
                    "rotating input copies of 256 MiB or more;\nGB/s = (K + V + Q + out bytes) / "
-                   "time; bw = GB/s / the measured read bandwidth; check: against float64\n\n",
+                   "time; probe = median read bandwidth of 256 MiB passes just before and after "
+                   "the row's calls (it drifts on shared machines);\nbw = GB/s / probe; check: "
+                   "against float64\n\n",
                    info.heads, info.kv_heads, info.head_dim, options.runs);
-        const std::string decode_header = fmt::format("{:>6} | {:>10} | {:>7} | {:>5} | {}", "Lk",
-                                                      "attngen ms", "GB/s", "bw", "check");
+        const std::string decode_header =
+            fmt::format("{:>6} | {:>10} | {:>7} | {:>7} | {:>5} | {}", "Lk", "attngen ms", "GB/s",
+                        "probe", "bw", "check");
         fmt::print("{}\n{}\n", decode_header, std::string(decode_header.size(), '-'));
+        attngen_bench::ReadProbe probe(options.threads);
         for (int64_t key_len : decode_lengths) {
-            const DecodeResult row = measure_decode(bench_decode_layer(), key_len, options.runs);
+            const DecodeResult row =
+                measure_decode(bench_decode_layer(), key_len, options.runs, probe);
             if (std::strcmp(row.check, "ok") != 0)
                 failures++;
             const double gbps = row.bytes / row.ms * 1e-6;
-            fmt::print("{:>6} | {} | {} | {} | {}\n", key_len, column(row.ms, 10, 3),
-                       column(gbps, 7, 1),
-                       column(bandwidth > 0 ? 100 * gbps / bandwidth : NAN, 5, 0, "%"), row.check);
+            fmt::print("{:>6} | {} | {} | {} | {} | {}\n", key_len, column(row.ms, 10, 3),
+                       column(gbps, 7, 1), column(row.probe_gbps, 7, 1),
+                       column(row.probe_gbps > 0 ? 100 * gbps / row.probe_gbps : NAN, 5, 0, "%"),
+                       row.check);
             std::fflush(stdout);
         }
     }

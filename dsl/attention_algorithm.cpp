@@ -34,7 +34,9 @@ Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argum
 
 namespace {
 
-Expr f32(const Expr &value) { return Halide::cast<float>(value); }
+Expr f32(const Expr &value) {
+    return Halide::cast<float>(value);
+}
 
 /** The spec's expressions see the indices and the run-time tensors and scalars. */
 LoweringContext lowering_context(const AttentionInputs &in, const Expr &k, const Expr &q,
@@ -69,8 +71,8 @@ Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Exp
 
 } // namespace
 
-AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in,
-                                Func output, const AlgorithmOptions &options) {
+AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
+                                const AlgorithmOptions &options) {
     AttentionStages s;
     s.spec = spec;
     s.output = output;
@@ -86,7 +88,6 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
     s.r_head_dim = RDom(0, head_dim, "r_head_dim");
-    s.r_keys = RDom(0, in.key_len, "r_keys");
 
     if (proj.any()) {
         // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
@@ -116,7 +117,8 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
     Expr kv_head = h / group;
     s.scores(k, q, h, b) = 0.0f;
-    s.scores(k, q, h, b) += s.q_heads(s.r_head_dim, q, h, b) * s.k_heads(s.r_head_dim, k, kv_head, b);
+    s.scores(k, q, h, b) +=
+        s.q_heads(s.r_head_dim, q, h, b) * s.k_heads(s.r_head_dim, k, kv_head, b);
 
     // Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
     // pipeline: a masked score is the lowest finite float instead, and anything below
@@ -148,12 +150,13 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
     // causal, window or padding mask hides from a whole tile are skipped rather than computed
     // and zeroed. The elementwise mask above still decides every key inside the range.
-    if (spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding) {
+    const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
+    Expr key_begin = 0, key_end = in.key_len;
+    if (bounded) {
         const int block = std::max(options.query_block, 1);
         Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
         Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
         Expr last_q = first_q + (block - 1);
-        Expr key_begin = 0, key_end = in.key_len;
         if (spec.mask.causal)
             key_end = Halide::min(key_end, last_q + offset + 1);
         if (spec.mask.window > 0) {
@@ -162,22 +165,62 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         }
         if (spec.mask.key_padding)
             key_end = Halide::min(key_end, in.key_lengths(b));
-        s.r_keys.where(s.r_keys.x >= key_begin && s.r_keys.x < key_end);
     }
 
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN.
-    s.row_max(q, h, b) = lowest;
-    s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.masked(s.r_keys, q, h, b));
-    Expr shifted = s.masked(k, q, h, b) - s.row_max(q, h, b);
-    s.probs(k, q, h, b) =
-        Halide::select(s.masked(k, q, h, b) > masked_cutoff, Halide::exp(shifted), 0.0f);
-    s.row_sum(q, h, b) = 0.0f;
-    s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
+    auto probability = [&](const Expr &key, const Expr &max) {
+        return Halide::select(s.masked(key, q, h, b) > masked_cutoff,
+                              Halide::exp(s.masked(key, q, h, b) - max), 0.0f);
+    };
+    if (options.kv_chunk <= 0) {
+        s.r_keys = RDom(0, in.key_len, "r_keys");
+        if (bounded)
+            s.r_keys.where(s.r_keys.x >= key_begin && s.r_keys.x < key_end);
+        s.row_max(q, h, b) = lowest;
+        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.masked(s.r_keys, q, h, b));
+        s.probs(k, q, h, b) = probability(k, s.row_max(q, h, b));
+        s.row_sum(q, h, b) = 0.0f;
+        s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
+        // O = P V, normalized once per output element.
+        s.weighted_sum(d, q, h, b) = 0.0f;
+        s.weighted_sum(d, q, h, b) +=
+            s.probs(s.r_keys, q, h, b) * s.v_heads(d, s.r_keys, kv_head, b);
+    } else {
+        // Split-KV: partial statistics and output per chunk of keys, then an exact combine.
+        const int chunk = options.kv_chunk;
+        s.kv_chunk = chunk;
+        Var j = s.j;
+        s.r_keys = RDom(0, chunk, "r_keys");
+        Expr key = j * chunk + s.r_keys.x;
+        s.r_keys.where(key >= key_begin && key < key_end);
+        s.part_max(j, q, h, b) = lowest;
+        s.part_max(j, q, h, b) = Halide::max(s.part_max(j, q, h, b), s.masked(key, q, h, b));
+        s.probs(k, q, h, b) = probability(k, s.part_max(k / chunk, q, h, b));
+        s.part_sum(j, q, h, b) = 0.0f;
+        s.part_sum(j, q, h, b) += s.probs(key, q, h, b);
+        s.part_out(d, j, q, h, b) = 0.0f;
+        // The last chunk may run past Lk: its extra keys are never visited, but bounds
+        // inference does not see the `where`, so the read of V is clamped.
+        s.part_out(d, j, q, h, b) +=
+            s.probs(key, q, h, b) * s.v_heads(d, Halide::min(key, last_key), kv_head, b);
 
-    // O = P V, normalized once per output element.
-    s.weighted_sum(d, q, h, b) = 0.0f;
-    s.weighted_sum(d, q, h, b) += s.probs(s.r_keys, q, h, b) * s.v_heads(d, s.r_keys, kv_head, b);
+        // Chunks wholly outside the visible range are not visited.
+        s.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");
+        Expr c_first = s.r_chunks.x * chunk;
+        s.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
+        s.row_max(q, h, b) = lowest;
+        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.part_max(s.r_chunks, q, h, b));
+        // A chunk with every key masked has part_max = lowest and contributes nothing.
+        s.part_scale(j, q, h, b) =
+            Halide::select(s.part_max(j, q, h, b) > masked_cutoff,
+                           Halide::exp(s.part_max(j, q, h, b) - s.row_max(q, h, b)), 0.0f);
+        s.row_sum(q, h, b) = 0.0f;
+        s.row_sum(q, h, b) += s.part_scale(s.r_chunks, q, h, b) * s.part_sum(s.r_chunks, q, h, b);
+        s.weighted_sum(d, q, h, b) = 0.0f;
+        s.weighted_sum(d, q, h, b) +=
+            s.part_scale(s.r_chunks, q, h, b) * s.part_out(d, s.r_chunks, q, h, b);
+    }
     Expr inv_sum = Halide::select(s.row_sum(q, h, b) > 0.0f, 1.0f / s.row_sum(q, h, b), 0.0f);
     s.attn_out(d, q, h, b) = s.weighted_sum(d, q, h, b) * inv_sum;
 

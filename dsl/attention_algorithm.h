@@ -45,6 +45,13 @@ struct AttentionInputs {
  * q_heads is the scaled query, scale * Q, so that scores are a plain dot product.
  * `probs` holds the unnormalized exp(masked - row_max); the 1/row_sum is folded into attn_out,
  * which is exact and saves a multiply per score.
+ *
+ * Split-KV form (AlgorithmOptions::kv_chunk > 0): the keys are walked in chunks j of kv_chunk
+ * keys. Each chunk has its own part_max, part_sum (j, q, h, b) and part_out (d, j, q, h, b),
+ * and `probs` is exp(masked - part_max) of the key's chunk. The combine is exact:
+ * row_max = max_j part_max, part_scale = exp(part_max - row_max), row_sum = sum_j part_scale *
+ * part_sum, weighted_sum = sum_j part_scale * part_out. No Lq x Lk matrix is needed, and the
+ * chunks are independent work.
  */
 struct AttentionStages {
     Halide::Var d{"d"}, c{"c"}, q{"q"}, k{"k"}, h{"h"}, b{"b"};
@@ -56,9 +63,20 @@ struct AttentionStages {
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
     Halide::Func weighted_sum{"weighted_sum"}, attn_out{"attn_out"}, out_proj{"out_proj"};
+    /** The split-KV partials and the chunks' weights in the combine (kv_chunk > 0 only). */
+    Halide::Func part_max{"part_max"}, part_sum{"part_sum"}, part_out{"part_out"};
+    Halide::Func part_scale{"part_scale"};
+    /** The chunk index of the split-KV partials. */
+    Halide::Var j{"j"};
 
-    /** Reduction domains: over head_dim, keys, model_dim (projections), and H*D (out). */
-    Halide::RDom r_head_dim, r_keys, r_model, r_concat;
+    /**
+     * Reduction domains: over head_dim, keys, model_dim (projections), and H*D (out). In the
+     * split-KV form r_keys runs over the keys of one chunk (key j * kv_chunk + r_keys.x) and
+     * r_chunks over the chunks.
+     */
+    Halide::RDom r_head_dim, r_keys, r_model, r_concat, r_chunks;
+    /** Keys per chunk of the split-KV form; 0 when the keys are reduced in one pass. */
+    int kv_chunk = 0;
 
     /** The stage whose value is the layer's result (attn_out or out_proj). */
     Halide::Func result;
@@ -78,6 +96,8 @@ struct AlgorithmOptions {
      * 1 gives each query its own range.
      */
     int query_block = 1;
+    /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
+    int kv_chunk = 0;
 };
 
 /**

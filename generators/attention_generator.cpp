@@ -124,13 +124,13 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
         }
         stages_ = build_attention(
             spec_, in, *out_,
-            algorithm_options(spec_, get_target(), schedule_name, schedule_params_));
+            algorithm_options(spec_, get_target(), schedule_name, schedule_params_, shape_class));
         constrain_argument(*out_, out_dims_);
     }
 
     void schedule() {
         std::string problem =
-            apply_schedule(stages_, get_target(), schedule_name, schedule_params_);
+            apply_schedule(stages_, get_target(), schedule_name, schedule_params_, shape_class);
         if (!problem.empty())
             fail(problem);
     }

@@ -25,6 +25,7 @@ struct ParamField {
     const char *name;
     int *value;
     int max;
+    int min = 1;
 };
 
 /** Parses "key=value,..." or "key:value,..." into `fields` (':' since GenGen reserves '='). */
@@ -48,9 +49,9 @@ std::string parse_params(const std::string &text, std::initializer_list<ParamFie
         const std::string value = item.substr(equals + 1);
         char *end = nullptr;
         long number = std::strtol(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || number < 1 || number > found->max)
-            return "schedule parameter " + key + " must be in 1.." + std::to_string(found->max) +
-                   ", got '" + value + "'";
+        if (value.empty() || *end != '\0' || number < found->min || number > found->max)
+            return "schedule parameter " + key + " must be in " + std::to_string(found->min) +
+                   ".." + std::to_string(found->max) + ", got '" + value + "'";
         *found->value = static_cast<int>(number);
     }
     return "";
@@ -62,7 +63,8 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
     return parse_params(text, {{"query_vectors", &params.query_vectors, 16},
                                {"key_block", &params.key_block, 16},
                                {"query_block", &params.query_block, 16},
-                               {"d_vectors", &params.d_vectors, 16}});
+                               {"d_vectors", &params.d_vectors, 16},
+                               {"kv_chunk", &params.kv_chunk, 65536, 0}});
 }
 
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
@@ -74,7 +76,8 @@ std::string to_string(const CpuScheduleParams &params) {
     return "query_vectors=" + std::to_string(params.query_vectors) +
            ",key_block=" + std::to_string(params.key_block) +
            ",query_block=" + std::to_string(params.query_block) +
-           ",d_vectors=" + std::to_string(params.d_vectors);
+           ",d_vectors=" + std::to_string(params.d_vectors) +
+           ",kv_chunk=" + std::to_string(params.kv_chunk);
 }
 
 std::string to_string(const GpuScheduleParams &params) {
@@ -111,7 +114,8 @@ struct ResolvedSchedule {
 };
 
 ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Target &target,
-                                  const std::string &name, const std::string &params) {
+                                  const std::string &name, const std::string &params,
+                                  const std::string &shape_class) {
     ResolvedSchedule resolved;
     using Family = ResolvedSchedule::Family;
     if (name == "reference") {
@@ -147,6 +151,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
     else if (use_x86 || use_arm) {
         resolved.family = Family::cpu;
         resolved.cpu = use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
+        resolved.cpu.kv_chunk = cpu_default_kv_chunk(shape_class);
         resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
     } else if (name == "auto")
         resolved.problem =
@@ -160,8 +165,9 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
 } // namespace
 
 AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
-                                   const std::string &name, const std::string &params) {
-    const ResolvedSchedule resolved = resolve_schedule(spec, target, name, params);
+                                   const std::string &name, const std::string &params,
+                                   const std::string &shape_class) {
+    const ResolvedSchedule resolved = resolve_schedule(spec, target, name, params, shape_class);
     AlgorithmOptions options;
     if (!resolved.problem.empty())
         return options;
@@ -170,6 +176,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         break;
     case ResolvedSchedule::Family::cpu:
         options.query_block = cpu_query_tile(target, resolved.cpu);
+        options.kv_chunk = resolved.cpu.kv_chunk;
         break;
     case ResolvedSchedule::Family::gpu:
         options.query_block = resolved.gpu.query_tile;
@@ -179,8 +186,10 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
 }
 
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name, const std::string &params) {
-    const ResolvedSchedule resolved = resolve_schedule(stages.spec, target, name, params);
+                           const std::string &name, const std::string &params,
+                           const std::string &shape_class) {
+    const ResolvedSchedule resolved =
+        resolve_schedule(stages.spec, target, name, params, shape_class);
     if (!resolved.problem.empty())
         return resolved.problem;
     switch (resolved.family) {

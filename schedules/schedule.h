@@ -17,7 +17,17 @@ struct CpuScheduleParams {
     int key_block = 4;     ///< keys per register block of the score loop
     int query_block = 4;   ///< queries per register block of P·V and of the projections
     int d_vectors = 2;     ///< vectors of head_dim per register block of P·V (at most)
+    /**
+     * Keys per chunk of the split-KV form (0: whole rows per query tile). With chunks, the
+     * parallel tasks are (chunk, kv head, batch) and every query head of a kv head's group
+     * shares each K/V chunk: the decode schedule, where a query tile would be mostly empty.
+     * That schedule uses only this parameter of the four above.
+     */
+    int kv_chunk = 0;
 };
+
+/** The CPU schedule's kv_chunk for a shape class: split-KV for decode, whole rows otherwise. */
+int cpu_default_kv_chunk(const std::string &shape_class);
 
 /**
  * The GPU schedule's tiles: a thread block computes query_tile queries of every head of one kv
@@ -33,7 +43,8 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_vectors, key_block,
- * query_block, d_vectors; each 1..16). Returns an empty string, or what is wrong with `text`.
+ * query_block, d_vectors, each 1..16; kv_chunk 0..65536). Returns an empty string, or what is
+ * wrong with `text`.
  */
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
 
@@ -71,11 +82,14 @@ CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 
 /**
  * How build_attention should write the algorithm for the schedule that apply_schedule will
- * apply with the same arguments: its query tiles as AlgorithmOptions::query_block. Parameters
- * that do not parse give the defaults here; apply_schedule reports them.
+ * apply with the same arguments: its query tiles as AlgorithmOptions::query_block, its KV
+ * chunks as kv_chunk. Parameters that do not parse give the defaults here; apply_schedule
+ * reports them. `shape_class` ("prefill" or "decode") picks the defaults the parameters
+ * override.
  */
 AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
-                                   const std::string &name, const std::string &params = "");
+                                   const std::string &name, const std::string &params = "",
+                                   const std::string &shape_class = "prefill");
 
 /** The schedule names apply_schedule accepts: "auto" picks by target (cuda for GPU targets). */
 bool is_schedule_name(const std::string &name);
@@ -87,7 +101,8 @@ bool is_schedule_name(const std::string &name);
  * Returns an empty string on success, or why the schedule or the parameters do not fit.
  */
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,
-                           const std::string &name, const std::string &params = "");
+                           const std::string &name, const std::string &params = "",
+                           const std::string &shape_class = "prefill");
 
 /** The widest power-of-two vector (at most `lanes`) that divides `extent`. */
 int vector_width_dividing(int extent, int lanes);

@@ -11,10 +11,13 @@
 #include "t_d32_gqa_causal.h"
 #include "t_d48_odd_blocks.h"
 #include "t_d64_all_masks.h"
+#include "t_d64_gqa_decode.h"
 #include "t_d64_mqa_padding.h"
 #include "t_d64_reference.h"
+#include "t_d80_decode_window.h"
 #include "t_d80_window.h"
 #include "t_mha_cross.h"
+#include "t_mha_decode.h"
 #include "t_mha_qkv.h"
 #include "t_mha_self.h"
 
@@ -80,10 +83,25 @@ TEST_CASE("the plain reference schedule matches the reference") {
     check_against_reference(t_d64_reference_layer(), 6403);
 }
 
+TEST_CASE("the split-KV decode form with grouped queries, causal and padding matches") {
+    check_against_reference(t_d64_gqa_decode_layer(), 6404, decode_shapes());
+}
+
+TEST_CASE("the split-KV decode form with a window, an additive mask and f16 matches") {
+    check_against_reference(t_d80_decode_window_layer(), 8002, decode_shapes());
+}
+
+TEST_CASE("the split-KV decode form with projections matches the reference") {
+    check_against_reference(t_mha_decode_layer(), 9004);
+}
+
 TEST_CASE("a query row whose every key is masked gives zeros, not NaN") {
     const uint32_t seed = test_seed(77);
     INFO("seed " << seed);
-    const attngen::Layer &layer = t_d16_causal_padding_layer();
+    // Whole rows and the split-KV form, where every chunk of a row is masked.
+    const attngen::Layer &layer =
+        GENERATE(std::cref(t_d16_causal_padding_layer()), std::cref(t_d64_gqa_decode_layer()));
+    INFO("layer " << layer.info.name);
     // Key padding of length 0 hides every key of batch 0; batch 1 keeps some.
     Problem problem(layer.info, 2, 9, 12, seed);
     problem.key_lengths.ints = {0, 5};

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "dsl/layer_interface.h"
+#include "schedules/tuned_params.h"
 
 #include "tune_harness_source.h"
 
@@ -134,7 +135,8 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
                                       "target=" + setup_.target,
                                       "spec=" + setup_.spec_file,
                                       "layer=" + setup_.layer,
-                                      "schedule=auto"};
+                                      "schedule=auto",
+                                      "shape_class=" + shape_class(problem_.shape.queries)};
     if (!schedule_params.empty())
         words.push_back("schedule_params=" + schedule_params);
     std::string errors;

@@ -56,12 +56,13 @@ void print_usage(std::FILE *stream) {
                "  --name LIB   library name (default: FILE's name without .attn)\n"
                "  --schedule   auto (default), x86, arm, cuda or reference\n"
                "  --schedule-params query_vectors=N,key_block=N,query_block=N,d_vectors=N\n"
-               "               the CPU schedule's register blocks (default: a tuned record, else\n"
-               "               the target's hand-written defaults)\n"
+               "               ,kv_chunk=N: the CPU schedule's register blocks and split-KV\n"
+               "               chunk (default: a tuned record, else the target's defaults)\n"
                "  --tuned DIR  tuned tables from `attngen tune export` (default: the ones attngen\n"
                "               ships, {}); none: the defaults only\n"
                "  --shape-class prefill|decode\n"
-               "               the calls to tune for: prefill (default) or decode (Lq <= 16)\n",
+               "               the calls to tune for: prefill (default) or decode (Lq <= 16,\n"
+               "               the CPU schedule's split-KV form)\n",
                default_tuned_dir().empty() ? "none found" : default_tuned_dir());
 }
 

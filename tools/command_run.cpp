@@ -9,6 +9,7 @@
 #include "generators/bind_inputs.h"
 #include "generators/layer_source.h"
 #include "schedules/schedule.h"
+#include "schedules/tuned_params.h"
 
 #include "Halide.h"
 
@@ -100,11 +101,12 @@ int command_run(int argc, char **argv) {
 
     Halide::Func out("out");
     const std::string schedule_params = args.value("schedule-params");
+    const std::string shapes = shape_class(shape.queries);
     AttentionStages stages =
         build_attention(spec, bind_inputs(spec, problem.bound), out,
-                        algorithm_options(spec, target, schedule, schedule_params));
+                        algorithm_options(spec, target, schedule, schedule_params, shapes));
     constrain_output(problem, out);
-    if (std::string problem = apply_schedule(stages, target, schedule, schedule_params);
+    if (std::string problem = apply_schedule(stages, target, schedule, schedule_params, shapes);
         !problem.empty()) {
         fmt::print(stderr, "attngen run: {}\n", problem);
         return exit_user_error;

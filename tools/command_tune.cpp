@@ -90,8 +90,14 @@ double parse_duration(const std::string &text) {
     return value * scale;
 }
 
-/** The CPU schedule's register blocks, around the target's defaults. */
-ParamSpace cpu_space(const CpuScheduleParams &defaults) {
+/**
+ * The CPU schedule's parameters around the target's defaults: the register blocks of the
+ * query-tile form, or, when every shape is a decode shape, the KV chunk of the split-KV form
+ * (which uses nothing else).
+ */
+ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode) {
+    if (decode)
+        return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, cpu_default_kv_chunk("decode")}}};
     return {{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
              {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
              {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
@@ -469,8 +475,12 @@ int command_tune(int argc, char **argv) {
         space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
                   {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk}}};
     } else {
+        const bool decode = std::all_of(shapes.begin(), shapes.end(), [](const ProblemShape &s) {
+            return shape_class(s.queries) == "decode";
+        });
         space = cpu_space(target.arch == Halide::Target::ARM ? arm_schedule_params(target)
-                                                             : x86_schedule_params(target));
+                                                             : x86_schedule_params(target),
+                          decode);
     }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
