@@ -8,6 +8,8 @@
 #include "bench_d64.h"
 #include "bench_d64_causal.h"
 #include "bench_decode.h"
+#include "bench_mha1024.h"
+#include "bench_mha512.h"
 #include "machine_probes.h"
 
 #include <cblas.h>
@@ -47,7 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr unsigned seed = 20240611;
 constexpr int64_t batch = 1;
-constexpr int64_t lengths[] = {128, 512, 1024, 2048, 4096};
+constexpr int64_t lengths[] = {128, 512, 1024, 2048, 4096, 8192};
 constexpr int64_t longest = lengths[std::size(lengths) - 1];
 constexpr double relative_tolerance = 1e-4, absolute_tolerance = 1e-5;
 constexpr double slow_run_ms = 1000; // once a run takes longer, three timed runs are enough
@@ -56,6 +58,8 @@ constexpr int slow_runs = 3;
 // they sleep; attngen is timed only after they have, so that they do not take its cores.
 constexpr std::chrono::milliseconds blas_idle_spin{250};
 
+// Multi-head attention end to end (bench_mha512, bench_mha1024) at these lengths.
+constexpr int64_t mha_lengths[] = {128, 512, 1024, 2048};
 // Decode: one query against a long cache, grouped-query heads (bench_decode: H=32, Hkv=8).
 constexpr int64_t decode_lengths[] = {1024, 4096, 16384, 32768};
 // The decode inputs are rotated through copies that together exceed the last-level cache.
@@ -69,16 +73,18 @@ struct Options {
     int runs = 5;
     bool decode = true;
     bool memory = true;
+    bool mha = true;
 };
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--no-decode]\n"
-               "                       [--no-memory] [--help]\n"
+               "                       [--no-mha] [--no-memory] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
                "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
                "               {} once a run takes over {:.0f} s)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
+               "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
                longest, slow_runs, slow_run_ms / 1000,
                decode_lengths[std::size(decode_lengths) - 1], memory_len);
@@ -106,8 +112,10 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             help = true;
             return std::nullopt;
         }
-        if (option == "--no-decode" || option == "--no-memory") {
-            (option == "--no-decode" ? options.decode : options.memory) = false;
+        if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha") {
+            (option == "--no-decode"   ? options.decode
+             : option == "--no-memory" ? options.memory
+                                       : options.mha) = false;
             continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--runs") {
@@ -419,10 +427,50 @@ struct RowResult {
 };
 
 /**
- * Times `layer` and then each peer on fresh random inputs, each after one warm-up run, and
- * compares attngen's output with each peer's. Problems are described on stderr and marked in
- * `check`.
+ * Times `run_attngen` and then `run_peer(blas)` for each peer, each after one warm-up run, and
+ * compares attngen's output `out` with each peer's, `reference`. Problems are described on
+ * stderr (as `name` at L=`length`) and marked in `check`.
  */
+RowResult time_and_compare(const char *name, int64_t length, int runs,
+                           const std::function<attngen::Status()> &run_attngen,
+                           const std::function<void(Blas)> &run_peer, const std::vector<float> &out,
+                           const std::vector<float> &reference) {
+    attngen::Status status;
+    auto run_checked = [&] {
+        attngen::Status result = run_attngen();
+        if (!result && status)
+            status = result;
+    };
+    RowResult row;
+    std::this_thread::sleep_for(blas_idle_spin);
+    run_checked();
+    row.code_path = attngen::last_cpu_variant();
+    if (status)
+        row.attngen_ms = median_ms(run_checked, runs);
+    if (!status) {
+        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", name, length, status.message());
+        row.attngen_ms = std::numeric_limits<double>::quiet_NaN();
+        row.check = "ERROR";
+    }
+    for (size_t i = 0; i < std::size(peers); i++) {
+        auto run_this_peer = [&] { run_peer(peers[i]); };
+        run_this_peer();
+        row.peer_ms[i] = median_ms(run_this_peer, runs);
+        if (!status)
+            continue;
+        // All are deterministic, so the outputs of their last runs are those of every run.
+        const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
+        const double diff = max_abs_diff(out, reference);
+        if (!(diff <= limit)) {
+            fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - {}| = {:g} > {:g}\n",
+                       name, length, blas_name(peers[i]), diff, limit);
+            row.check = "MISMATCH";
+        }
+    }
+    return row;
+}
+
+/** Times a self-contained layer (no projections) against the math path on random inputs. */
 RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, dim = info.head_dim;
@@ -439,44 +487,103 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
     args.key = attngen::view(key.data(), {batch, heads, length, dim});
     args.value = attngen::view(value.data(), {batch, heads, length, dim});
     args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
-    attngen::Status status;
-    auto run_attngen = [&] {
-        attngen::Status result = attngen::run(layer, args);
-        if (!result && status)
-            status = result;
-    };
-
-    RowResult row;
-    std::this_thread::sleep_for(blas_idle_spin);
-    run_attngen();
-    row.code_path = attngen::last_cpu_variant();
-    if (status)
-        row.attngen_ms = median_ms(run_attngen, runs);
-    if (!status) {
-        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", info.name, length,
-                   status.message());
-        row.attngen_ms = std::numeric_limits<double>::quiet_NaN();
-        row.check = "ERROR";
-    }
-    for (size_t i = 0; i < std::size(peers); i++) {
-        auto run_peer = [&] {
-            blas_attention(peers[i], info, length, query.data(), key.data(), value.data(),
+    return time_and_compare(
+        info.name, length, runs, [&] { return attngen::run(layer, args); },
+        [&](Blas blas) {
+            blas_attention(blas, info, length, query.data(), key.data(), value.data(),
                            reference.data(), scores, pool);
-        };
-        run_peer();
-        row.peer_ms[i] = median_ms(run_peer, runs);
-        if (!status)
-            continue;
-        // All are deterministic, so the outputs of their last runs are those of every run.
-        const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
-        const double diff = max_abs_diff(out, reference);
-        if (!(diff <= limit)) {
-            fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - {}| = {:g} > {:g}\n",
-                       info.name, length, blas_name(peers[i]), diff, limit);
-            row.check = "MISMATCH";
+        },
+        out, reference);
+}
+
+/** Rows per task of the MHA peer's projections. */
+constexpr int64_t projection_rows = 128;
+
+/**
+ * The peer of a layer with projections (self-attention, H*D = M, no bias), as PyTorch's
+ * nn.MultiheadAttention computes it on a CPU: Q, K, V = X·Wᵀ, written per head as (H, L, D)
+ * with one sgemm per (block of rows, head, projection); the math path per head
+ * (blas_attention); then the heads' outputs gathered back to (L, H*D) and Y = O·Woᵀ, one sgemm
+ * per block of rows. Every step's tasks are shared out over `pool`, each sgemm single-threaded.
+ */
+void blas_mha(Blas blas, const attngen::LayerInfo &info, int64_t length, const float *x,
+              const float *const weights[4], float *out, std::vector<float> projected[4],
+              std::vector<float> &scores, WorkerPool &pool) {
+    const int64_t model = info.model_dim, heads = info.heads, dim = info.head_dim;
+    const int64_t blocks = (length + projection_rows - 1) / projection_rows;
+    std::atomic<int64_t> next_task{0};
+    const std::function<void(int)> project = [&](int) {
+        if (blas == Blas::onednn)
+            omp_set_num_threads(1);
+        for (int64_t task; (task = next_task.fetch_add(1)) < 3 * heads * blocks;) {
+            const int64_t which = task / (heads * blocks), head = task / blocks % heads;
+            const int64_t first = task % blocks * projection_rows;
+            const int64_t rows = std::min(projection_rows, length - first);
+            sgemm(blas, true, rows, dim, model, 1.0f, x + first * model, model,
+                  weights[which] + head * dim * model, model,
+                  projected[which].data() + (head * length + first) * dim, dim);
         }
+    };
+    pool.run(project);
+    blas_attention(blas, info, length, projected[0].data(), projected[1].data(),
+                   projected[2].data(), projected[3].data(), scores, pool);
+    next_task = 0;
+    const std::function<void(int)> output = [&](int thread) {
+        if (blas == Blas::onednn)
+            omp_set_num_threads(1);
+        // The thread's rows of O as (rows, H*D), gathered from the heads.
+        float *gathered = scores.data() + thread * projection_rows * model;
+        for (int64_t block; (block = next_task.fetch_add(1)) < blocks;) {
+            const int64_t first = block * projection_rows;
+            const int64_t rows = std::min(projection_rows, length - first);
+            for (int64_t row = 0; row < rows; row++)
+                for (int64_t head = 0; head < heads; head++)
+                    std::copy_n(projected[3].data() + (head * length + first + row) * dim, dim,
+                                gathered + row * model + head * dim);
+            sgemm(blas, true, rows, model, model, 1.0f, gathered, model, weights[3], model,
+                  out + first * model, model);
+        }
+    };
+    pool.run(output);
+}
+
+/** Times a self-attention layer with Q/K/V/out projections against blas_mha. */
+RowResult measure_mha(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
+    const attngen::LayerInfo &info = layer.info;
+    const int64_t model = info.model_dim, inner = int64_t(info.heads) * info.head_dim;
+    std::mt19937 rng(seed);
+    const std::vector<float> x = random_tensor(rng, batch * length * model);
+    // nn.Linear's initial scale, U(-1/sqrt(in), 1/sqrt(in)), keeps the scores in a range
+    // where float32 results agree to the check's tolerance.
+    std::vector<float> weights[4];
+    for (std::vector<float> &weight : weights) {
+        weight = random_tensor(rng, inner * model);
+        for (float &w : weight)
+            w /= std::sqrt(float(model));
     }
-    return row;
+    std::vector<float> out(static_cast<size_t>(batch * length * model)), reference(out.size());
+    std::vector<float> projected[4];
+    for (std::vector<float> &tensor : projected)
+        tensor.resize(static_cast<size_t>(length * inner));
+    std::vector<float> scores(
+        static_cast<size_t>(pool.size() * std::max(peer_rows * length, projection_rows * model)));
+    const float *const weight_data[4] = {weights[0].data(), weights[1].data(), weights[2].data(),
+                                         weights[3].data()};
+
+    attngen::Arguments args;
+    args.x = attngen::view(x.data(), {batch, length, model});
+    args.wq = attngen::view(weights[0].data(), {inner, model});
+    args.wk = attngen::view(weights[1].data(), {inner, model});
+    args.wv = attngen::view(weights[2].data(), {inner, model});
+    args.wo = attngen::view(weights[3].data(), {model, inner});
+    args.out = attngen::mutable_view(out.data(), {batch, length, model});
+    return time_and_compare(
+        info.name, length, runs, [&] { return attngen::run(layer, args); },
+        [&](Blas blas) {
+            blas_mha(blas, info, length, x.data(), weight_data, reference.data(), projected, scores,
+                     pool);
+        },
+        out, reference);
 }
 
 /** Attention for one query per head, in double precision: (H, D) from q (H, D), k/v (Hkv, Lk, D).
@@ -710,44 +817,73 @@ int main(int argc, char **argv) {
         relative_tolerance, absolute_tolerance);
     // A peer's columns: "<library> ms", its GFLOP/s and the ratio, as wide as their headings.
     auto peer_ms_heading = [](Blas blas) { return fmt::format("{} ms", blas_name(blas)); };
-    std::string header = fmt::format("{:>4} | {:<6} | {:>5} | {:>10} | {:>7} | {:>5} | ", "D",
-                                     "mask", "L", "attngen ms", "GFLOP/s", "peak");
-    for (Blas blas : peers)
-        header += fmt::format("{} | {:>7} | {:>6} | ", peer_ms_heading(blas), "GFLOP/s", "ratio");
-    header += "check";
-    fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
-    std::fflush(stdout);
-
+    // The columns every table shares after its own leading ones: attngen, each peer, check.
+    auto print_header = [&](const std::string &leading) {
+        std::string header =
+            leading + fmt::format("{:>10} | {:>7} | {:>5} | ", "attngen ms", "GFLOP/s", "peak");
+        for (Blas blas : peers)
+            header +=
+                fmt::format("{} | {:>7} | {:>6} | ", peer_ms_heading(blas), "GFLOP/s", "ratio");
+        header += "check";
+        fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
+        std::fflush(stdout);
+    };
     int failures = 0;
     // The runtime picks a layer's code path on every call; report the first row's.
     std::optional<attngen::CpuVariant> code_path;
+    auto print_row = [&](const std::string &leading, const RowResult &row, double flops) {
+        if (!code_path)
+            code_path = row.code_path;
+        if (std::strcmp(row.check, "ok") != 0)
+            failures++;
+        const double gflops = flops / row.attngen_ms * 1e-6;
+        std::string peer_columns;
+        for (size_t i = 0; i < std::size(peers); i++) {
+            const double ms = row.peer_ms[i];
+            peer_columns += fmt::format(
+                "{} | {} | {} | ",
+                column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
+                column(flops / ms * 1e-6, 7, 1), column(ms / row.attngen_ms, 6, 2, "x"));
+        }
+        fmt::print("{}{} | {} | {} | {}{}\n", leading, column(row.attngen_ms, 10, 3),
+                   column(gflops, 7, 1),
+                   column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
+                   peer_columns, row.check);
+        std::fflush(stdout);
+    };
+
+    print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"));
     for (const attngen::Layer *layer : layers) {
         const attngen::LayerInfo &info = layer->info;
         for (int64_t length : lengths) {
             if (length > options.max_len)
                 continue;
-            RowResult row = measure(*layer, length, options.runs, peer_pool);
-            if (!code_path)
-                code_path = row.code_path;
-            if (std::strcmp(row.check, "ok") != 0)
-                failures++;
             const double flops = 4.0 * double(batch * info.heads * length * length) *
                                  info.head_dim * (info.causal ? 0.5 : 1.0);
-            const double gflops = flops / row.attngen_ms * 1e-6;
-            std::string peer_columns;
-            for (size_t i = 0; i < std::size(peers); i++) {
-                const double ms = row.peer_ms[i];
-                peer_columns += fmt::format(
-                    "{} | {} | {} | ",
-                    column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
-                    column(flops / ms * 1e-6, 7, 1), column(ms / row.attngen_ms, 6, 2, "x"));
+            print_row(fmt::format("{:>4} | {:<6} | {:>5} | ", info.head_dim,
+                                  info.causal ? "causal" : "none", length),
+                      measure(*layer, length, options.runs, peer_pool), flops);
+        }
+    }
+
+    if (options.mha) {
+        fmt::print("\nmulti-head attention end to end: self-attention with Q, K, V and output "
+                   "projections, no bias, no mask, D=64, H = M/64; f32, B=1, median of {} "
+                   "runs\nGFLOP/s = (8*L*M*M + 4*L*L*M) / time; OpenBLAS and oneDNN: sgemm "
+                   "projections per (block of {} rows, head), the math path per head, the heads "
+                   "gathered and one output sgemm per block of rows\n\n",
+                   options.runs, projection_rows);
+        print_header(fmt::format("{:>5} | {:>5} | ", "M", "L"));
+        for (const attngen::Layer *layer : {&bench_mha512_layer(), &bench_mha1024_layer()}) {
+            const double model = layer->info.model_dim;
+            for (int64_t length : mha_lengths) {
+                if (length > options.max_len)
+                    continue;
+                const double flops =
+                    8.0 * length * model * model + 4.0 * double(length) * double(length) * model;
+                print_row(fmt::format("{:>5} | {:>5} | ", layer->info.model_dim, length),
+                          measure_mha(*layer, length, options.runs, peer_pool), flops);
             }
-            fmt::print("{:>4} | {:<6} | {:>5} | {} | {} | {} | {}{}\n", info.head_dim,
-                       info.causal ? "causal" : "none", length, column(row.attngen_ms, 10, 3),
-                       column(gflops, 7, 1),
-                       column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
-                       peer_columns, row.check);
-            std::fflush(stdout);
         }
     }
 
