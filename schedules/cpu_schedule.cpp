@@ -3,7 +3,8 @@
 // probabilities while they are in cache, vectorized along queries (K is broadcast straight from
 // its row-major layout, no transpose); P·V is register-blocked and vectorized along head_dim.
 // Projections are register-tiled GEMMs over packed (transposed) weights. The register blocks
-// come from the target family's file (x86_schedule.cpp, arm_schedule.cpp).
+// come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
+// the split-KV form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
 
 #include <algorithm>
@@ -64,8 +65,8 @@ void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent, 
  * mostly empty. The two passes that read K and V run in parallel tasks of (chunk, kv head,
  * batch), so a single query still spreads over all cores; each task serves every query and
  * every query head of its kv head's group, so a K or V chunk is read from memory once. Scores
- * are dot products vectorized along head_dim whose K loads the group's heads share; P·V keeps
- * the group's accumulators for a block of head_dim in registers. The stages between them
+ * are dot products vectorized along head_dim whose K loads the group's heads share; P·V reads
+ * each V row once, whole, into the group's accumulators in L1. The stages between them
  * (part_max, probs, part_sum) and the exact combine are small: Lk x H per query.
  */
 void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &target) {
