@@ -19,12 +19,23 @@ using Halide::Var;
 namespace {
 
 /**
+ * The row length, in floats, to store a packed weight with `rows` outputs: padded by two
+ * vectors. A GEMM tile walks the packed weight down its input features at this stride; at a
+ * power of two (512 or 1024 floats) every step maps to the same few cache sets and the tile's
+ * panel is evicted from L1 and L2 as it is read.
+ */
+int padded_row(int rows, int lanes) {
+    return rows + 2 * lanes;
+}
+
+/**
  * Schedules a projection stage `stage(vec_var, row_var, outer...) += a(r, row) * w(r, vec)` as a
  * register-tiled GEMM: a root wrapper is tiled (vector of `vec_var` x block of rows) and the
  * reduction runs inside each tile so that its accumulators live in registers.
  */
-void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent, const Var &row_var,
-                   const Var &outer0, const Var &outer1, int lanes, int row_block) {
+void schedule_gemm(Func stage, Func weight, int weight_rows, const Var &vec_var, int vec_extent,
+                   const Var &row_var, const Var &outer0, const Var &outer1, int lanes,
+                   int row_block) {
     const int vec = vector_width_dividing(vec_extent, lanes);
     const int vec_block = vec_extent % (2 * vec) == 0 ? 2 * vec : vec;
     Var vec_outer{vec_var.name() + "_outer"}, vec_inner{vec_var.name() + "_inner"};
@@ -35,6 +46,7 @@ void schedule_gemm(Func stage, Func weight, const Var &vec_var, int vec_extent, 
     Halide::Var in_feature = weight.args()[0], out_feature = weight.args()[1];
     weight.compute_root()
         .reorder_storage(out_feature, in_feature)
+        .bound_storage(out_feature, padded_row(weight_rows, lanes))
         .parallel(in_feature, 16)
         .vectorize(out_feature, lanes, TailStrategy::GuardWithIf);
 
@@ -178,9 +190,14 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
 
     if (s.spec.projections.any()) {
-        schedule_gemm(s.q_proj, s.q_weight, d, head_dim, q, h, b, lanes, params.query_block);
-        schedule_gemm(s.k_proj, s.k_weight, d, head_dim, k, h, b, lanes, params.query_block);
-        schedule_gemm(s.v_proj, s.v_weight, d, head_dim, k, h, b, lanes, params.query_block);
+        const int q_rows = s.spec.heads * head_dim;
+        const int kv_rows = s.spec.resolved_kv_heads() * head_dim;
+        schedule_gemm(s.q_proj, s.q_weight, q_rows, d, head_dim, q, h, b, lanes,
+                      params.query_block);
+        schedule_gemm(s.k_proj, s.k_weight, kv_rows, d, head_dim, k, h, b, lanes,
+                      params.query_block);
+        schedule_gemm(s.v_proj, s.v_weight, kv_rows, d, head_dim, k, h, b, lanes,
+                      params.query_block);
     }
 
     // `core` carries the attention tiles: the output itself, or attn_out at root when an output
@@ -195,6 +212,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         const int c_block = model_dim % (2 * c_vec) == 0 ? 2 * c_vec : c_vec;
         s.o_weight.compute_root()
             .reorder_storage(s.o_weight.args()[1], s.o_weight.args()[0])
+            .bound_storage(s.o_weight.args()[1], padded_row(model_dim, lanes))
             .vectorize(s.o_weight.args()[1], lanes, TailStrategy::GuardWithIf);
         s.output.split(c, c_outer, c_inner, c_block)
             .split(q, q_outer, q_inner, params.query_block, TailStrategy::GuardWithIf)
