@@ -2,7 +2,8 @@
 // tile). Inside a task the scores of the tile are computed, masked and turned into
 // probabilities while they are in cache, vectorized along queries (K is broadcast straight from
 // its row-major layout, no transpose); P·V is register-blocked and vectorized along head_dim.
-// Projections are register-tiled GEMMs over packed (transposed) weights. The register blocks
+// The Q/K/V projections are register tiles of dot products that read the weights in place;
+// the output projection is a register-tiled GEMM over a packed (transposed) weight. The blocks
 // come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
 // the split-KV form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
