@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace attngen {
 
@@ -28,6 +29,36 @@ namespace {
  */
 int padded_row(int rows, int lanes) {
     return rows + 2 * lanes;
+}
+
+/**
+ * Vectorizes the reduction over `r` of `stage`'s update as dot products: r is split into
+ * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
+ * `at` for a block of outputs (the `block` vars, each bounded to its extent and unrolled, so
+ * that they share each load along r), and one horizontal sum per output finishes them.
+ */
+void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
+                            const Halide::LoopLevel &at,
+                            const std::vector<std::pair<Var, int>> &block) {
+    Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
+    Var lane{stage.name() + "_lane"};
+    stage.update().split(r, r_outer, r_lane, lanes);
+    Func partial = stage.update().rfactor(r_lane, lane);
+    std::vector<Var> storage{lane};
+    std::vector<Halide::VarOrRVar> order{lane};
+    for (const auto &[var, extent] : block) {
+        storage.push_back(var);
+        order.emplace_back(var);
+    }
+    order.emplace_back(r_outer);
+    partial.compute_at(at).reorder_storage(storage).vectorize(lane);
+    partial.update().reorder(order).vectorize(lane);
+    stage.update().atomic().vectorize(r_lane);
+    for (const auto &[var, extent] : block) {
+        partial.bound_extent(var, extent).unroll(var);
+        partial.update().unroll(var);
+        stage.update().unroll(var);
+    }
 }
 
 /** The register tile of the projection GEMMs: rows x outputs partial-sum vectors. */
@@ -50,7 +81,7 @@ void schedule_projection(Func stage, Func weight, int r_extent, const Var &out_v
     const int r_lanes = vector_width_dividing(r_extent, lanes);
     Var out_outer{out_var.name() + "_outer"}, out_inner{out_var.name() + "_inner"};
     Var row_outer{row_var.name() + "_outer"}, row_inner{row_var.name() + "_inner"};
-    Var task{stage.name() + "_task"}, lane{stage.name() + "_lane"};
+    Var task{stage.name() + "_task"};
     weight.compute_inline();
 
     // Rows may be fewer than a tile (decode): guard them rather than shift below row 0.
@@ -69,22 +100,8 @@ void schedule_projection(Func stage, Func weight, int r_extent, const Var &out_v
         .bound_extent(row_var, gemm_rows)
         .unroll(out_var)
         .unroll(row_var);
-    Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
-    stage.update().split(stage.rvars(0)[0], r_outer, r_lane, r_lanes);
-    Func partial = stage.update().rfactor(r_lane, lane);
-    partial.compute_at(tiled, out_outer)
-        .reorder_storage(lane, out_var, row_var)
-        .bound_extent(out_var, gemm_outputs)
-        .bound_extent(row_var, gemm_rows)
-        .vectorize(lane)
-        .unroll(out_var)
-        .unroll(row_var);
-    partial.update()
-        .reorder(lane, out_var, row_var, r_outer)
-        .vectorize(lane)
-        .unroll(out_var)
-        .unroll(row_var);
-    stage.update().atomic().vectorize(r_lane).unroll(out_var).unroll(row_var);
+    vectorize_dot_products(stage, stage.rvars(0)[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
+                           {{out_var, gemm_outputs}, {row_var, gemm_rows}});
 }
 
 /**
@@ -107,7 +124,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
 
     // Scores: per key, the group's dot products accumulate vectors of head_dim that share each
     // load of K; one horizontal sum per (key, head) finishes them.
-    Var score_task{"score_task"}, lane{"lane"};
+    Var score_task{"score_task"};
     Func score_tiles = s.scores.in();
     score_tiles.compute_root()
         .split(h, kv, g, group)
@@ -121,16 +138,9 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .bound_extent(h, group)
         .bound_extent(k, chunk)
         .reorder(h, k, q);
-    Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
-    s.scores.update().split(s.r_head_dim.x, r_outer, r_lane, d_vec).reorder(r_lane, h, k, q, b);
-    Func dots = s.scores.update().rfactor(r_lane, lane);
-    dots.compute_at(s.scores, k)
-        .bound_extent(h, group)
-        .reorder_storage(lane, h)
-        .vectorize(lane)
-        .unroll(h);
-    dots.update().reorder(lane, h, r_outer).vectorize(lane).unroll(h);
-    s.scores.update().atomic().vectorize(r_lane).unroll(h);
+    vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
+                           {{h, group}});
+    s.scores.update().reorder(h, k, q, b);
     // The group's scaled queries, once per task rather than once per key.
     s.q_heads.compute_at(score_tiles, score_task).bound_extent(h, group).vectorize(d, d_vec);
     s.masked.compute_inline();
