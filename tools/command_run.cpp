@@ -101,12 +101,13 @@ int command_run(int argc, char **argv) {
 
     Halide::Func out("out");
     const std::string schedule_params = args.value("schedule-params");
-    const std::string shapes = shape_class(shape.queries);
-    AttentionStages stages =
-        build_attention(spec, bind_inputs(spec, problem.bound), out,
-                        algorithm_options(spec, target, schedule, schedule_params, shapes));
+    const std::string shape_class_name = shape_class(shape.queries);
+    AttentionStages stages = build_attention(
+        spec, bind_inputs(spec, problem.bound), out,
+        algorithm_options(spec, target, schedule, schedule_params, shape_class_name));
     constrain_output(problem, out);
-    if (std::string problem = apply_schedule(stages, target, schedule, schedule_params, shapes);
+    if (std::string problem =
+            apply_schedule(stages, target, schedule, schedule_params, shape_class_name);
         !problem.empty()) {
         fmt::print(stderr, "attngen run: {}\n", problem);
         return exit_user_error;

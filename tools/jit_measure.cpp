@@ -114,18 +114,18 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
     try {
         // Halide's autoschedulers get each query's own key range; attngen's schedule its tiles.
         const std::string schedule_params = to_string(params);
-        const std::string shapes = shape_class(problem_.shape.queries);
-        const AlgorithmOptions options =
-            scheduler == "attngen"
-                ? algorithm_options(problem_.spec, target_, "auto", schedule_params, shapes)
-                : AlgorithmOptions{};
+        const std::string shape_class_name = shape_class(problem_.shape.queries);
+        const AlgorithmOptions options = scheduler == "attngen"
+                                             ? algorithm_options(problem_.spec, target_, "auto",
+                                                                 schedule_params, shape_class_name)
+                                             : AlgorithmOptions{};
         AttentionStages stages = build_attention(
             problem_.spec, bind_inputs(problem_.spec, problem_.bound), out, options);
         constrain_output(problem_, out);
         pipeline = Halide::Pipeline(out);
         if (scheduler == "attngen") {
             if (std::string problem =
-                    apply_schedule(stages, target_, "auto", schedule_params, shapes);
+                    apply_schedule(stages, target_, "auto", schedule_params, shape_class_name);
                 !problem.empty())
                 return {"compile_error", problem, -1, {}};
         } else {
