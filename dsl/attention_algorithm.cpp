@@ -209,17 +209,22 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");
         Expr c_first = s.r_chunks.x * chunk;
         s.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
+        // The combine reads the chunk results only through `partials`, so a schedule may
+        // compute a chunk's statistics inside its loop over chunks.
+        s.partials(d, j, q, h, b) = Halide::Tuple(s.part_out(d, j, q, h, b), s.part_max(j, q, h, b),
+                                                  s.part_sum(j, q, h, b));
+        auto chunk_max = [&](const Expr &chunk) { return s.partials(0, chunk, q, h, b)[1]; };
+        auto chunk_sum = [&](const Expr &chunk) { return s.partials(0, chunk, q, h, b)[2]; };
         s.row_max(q, h, b) = lowest;
-        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.part_max(s.r_chunks, q, h, b));
+        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), chunk_max(s.r_chunks));
         // A chunk with every key masked has part_max = lowest and contributes nothing.
-        s.part_scale(j, q, h, b) =
-            Halide::select(s.part_max(j, q, h, b) > masked_cutoff,
-                           Halide::exp(s.part_max(j, q, h, b) - s.row_max(q, h, b)), 0.0f);
+        s.part_scale(j, q, h, b) = Halide::select(
+            chunk_max(j) > masked_cutoff, Halide::exp(chunk_max(j) - s.row_max(q, h, b)), 0.0f);
         s.row_sum(q, h, b) = 0.0f;
-        s.row_sum(q, h, b) += s.part_scale(s.r_chunks, q, h, b) * s.part_sum(s.r_chunks, q, h, b);
+        s.row_sum(q, h, b) += s.part_scale(s.r_chunks, q, h, b) * chunk_sum(s.r_chunks);
         s.weighted_sum(d, q, h, b) = 0.0f;
         s.weighted_sum(d, q, h, b) +=
-            s.part_scale(s.r_chunks, q, h, b) * s.part_out(d, s.r_chunks, q, h, b);
+            s.part_scale(s.r_chunks, q, h, b) * s.partials(d, s.r_chunks, q, h, b)[0];
     }
     Expr inv_sum = Halide::select(s.row_sum(q, h, b) > 0.0f, 1.0f / s.row_sum(q, h, b), 0.0f);
     s.attn_out(d, q, h, b) = s.weighted_sum(d, q, h, b) * inv_sum;

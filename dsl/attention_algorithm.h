@@ -66,6 +66,11 @@ struct AttentionStages {
     /** The split-KV partials and the chunks' weights in the combine (kv_chunk > 0 only). */
     Halide::Func part_max{"part_max"}, part_sum{"part_sum"}, part_out{"part_out"};
     Halide::Func part_scale{"part_scale"};
+    /**
+     * (d, j, q, h, b): Tuple(part_out, part_max, part_sum), the chunk's results as the combine
+     * reads them. The statistics are repeated along d; the combine reads them at d = 0.
+     */
+    Halide::Func partials{"partials"};
     /** The chunk index of the split-KV partials. */
     Halide::Var j{"j"};
 

@@ -1,7 +1,8 @@
 // The CPU schedule skeleton shared by x86 and ARM: one parallel task per (batch, head, query
-// tile). Inside a task the scores of the tile are computed, masked and turned into
-// probabilities while they are in cache, vectorized along queries (K is broadcast straight from
-// its row-major layout, no transpose); P·V is register-blocked and vectorized along head_dim.
+// tile). Inside a task the keys are walked in flash chunks (key_chunk; 0: whole rows): a
+// chunk's scores are computed, masked and turned into probabilities while they are in L1,
+// vectorized along queries (K is broadcast from an aligned row-major copy, no transpose); its
+// P·V is register-blocked and vectorized along head_dim; the chunks combine exactly.
 // The Q/K/V projections are register tiles of dot products that read the weights in place;
 // the output projection is a register-tiled GEMM over a packed (transposed) weight. The blocks
 // come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
@@ -196,6 +197,14 @@ int cpu_default_kv_chunk(const std::string &shape_class) {
     return 512;
 }
 
+int cpu_default_key_chunk(const std::string &shape_class) {
+    if (shape_class == "decode")
+        return 0;
+    // A chunk's scores and probabilities (24 queries x 256 keys, 24 KiB each at f32) and its
+    // V rows are reused from L1 and L2 rather than streamed from a whole row of the tile.
+    return 256;
+}
+
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
     return params.query_vectors * target.natural_vector_size<float>();
 }
@@ -255,7 +264,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     } else {
         s.attn_out.compute_inline();
     }
-    if (s.kv_chunk > 0) {
+    if (params.kv_chunk > 0) {
         schedule_split_kv(s, core, target);
         return;
     }
@@ -263,11 +272,16 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // P·V reads 64-byte blocks of V rows: from caller memory that is not 64-byte aligned
         // every block straddles two cache lines (20% slower at D = 64). One aligned f32 copy
         // per call (~1% of the work, and f16/bf16 are converted once) avoids that.
-        Var task{"v_task"};
-        s.v_heads.compute_root()
-            .fuse(h, b, task)
-            .parallel(task)
-            .vectorize(d, vector_width_dividing(head_dim, lanes));
+        // K gets the same copy: its rows then sit at one constant stride, so the score
+        // block's keys are one base pointer and constant offsets rather than a clamped address
+        // per key (LLVM computed those in vector registers inside the dot-product loop).
+        for (Func heads : {s.k_heads, s.v_heads}) {
+            Var task{"kv_task"};
+            heads.compute_root()
+                .fuse(h, b, task)
+                .parallel(task)
+                .vectorize(d, vector_width_dividing(head_dim, lanes));
+        }
     }
 
     Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"};
@@ -292,9 +306,56 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .reorder(q, d)
         .vectorize(q, lanes);
 
+    // The flash form walks the keys in chunks inside the tile: everything from the scores to
+    // the chunk's partial output is computed per chunk (`partials` loops over chunks outermost),
+    // so the scores and probabilities of a chunk stay in L1, and the P·V blocks reuse the
+    // chunk's V rows from L1. Without chunks the tile's whole rows are computed at once.
+    Func rows = core;
+    Halide::LoopLevel rows_at(core, tile);
+    Func max_stage = s.row_max, sum_stage = s.row_sum, out_stage = s.weighted_sum;
+    Halide::RVar key_rvar = s.r_keys.x;
+    Func block_consumer = core;
+    if (s.kv_chunk > 0) {
+        Var j = s.j;
+        rows = s.partials;
+        s.partials.compute_at(core, tile)
+            .bound_extent(q, query_tile)
+            .split(q, q_block, q_lane, query_block)
+            .split(d, d_outer, d_inner, d_block)
+            .reorder(d_inner, q_lane, d_outer, q_block, j, h, b)
+            .vectorize(d_inner, d_vec)
+            .unroll(q_lane);
+        rows_at = Halide::LoopLevel(s.partials, j);
+        max_stage = s.part_max;
+        sum_stage = s.part_sum;
+        out_stage = s.part_out;
+        block_consumer = s.partials;
+        // The combine, per tile: chunk weights and row sums vectorized along queries, the
+        // weighted partial outputs in the same register blocks as the output.
+        s.row_max.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
+        s.row_max.update().vectorize(q, lanes);
+        s.part_scale.compute_at(core, tile)
+            .bound_extent(q, query_tile)
+            .reorder_storage(q, j)
+            .reorder(q, j)
+            .vectorize(q, lanes);
+        s.row_sum.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
+        s.row_sum.update().vectorize(q, lanes);
+        s.weighted_sum.compute_at(core, d_outer)
+            .bound_extent(q, query_block)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(q);
+        s.weighted_sum.update().reorder(d, q, s.r_chunks.x).vectorize(d, d_vec).unroll(d).unroll(q);
+        s.part_out.bound_extent(j, 1);
+        // One chunk per iteration; stored queries innermost so the vectors are dense.
+        for (Func stage : {s.part_max, s.part_sum})
+            stage.bound_extent(j, 1).reorder_storage(q, j);
+    }
+
     // Scores in register blocks of key_block keys x query_tile queries, masked as they are made.
     Var k_outer{"k_outer"}, k_inner{"k_inner"};
-    s.masked.compute_at(core, tile)
+    s.masked.compute_at(rows_at)
         .bound_extent(q, query_tile)
         .reorder_storage(q, k)
         .split(k, k_outer, k_inner, params.key_block)
@@ -312,23 +373,23 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     s.scores.update().reorder(q, k, s.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
 
     // Softmax statistics vectorized along queries: no horizontal reductions.
-    s.row_max.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-    s.row_max.update().vectorize(q, lanes);
-    s.probs.compute_at(core, tile)
+    max_stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
+    max_stage.update().vectorize(q, lanes);
+    s.probs.compute_at(rows_at)
         .bound_extent(q, query_tile)
         .reorder_storage(q, k)
         .reorder(q, k)
         .vectorize(q, lanes);
-    s.row_sum.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-    s.row_sum.update().vectorize(q, lanes);
+    sum_stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
+    sum_stage.update().vectorize(q, lanes);
 
     // P·V: accumulators for query_block queries x d_block features stay in registers.
-    s.weighted_sum.compute_at(core, d_outer)
+    out_stage.compute_at(block_consumer, d_outer)
         .bound_extent(q, query_block)
         .vectorize(d, d_vec)
         .unroll(d)
         .unroll(q);
-    s.weighted_sum.update().reorder(d, q, s.r_keys.x).vectorize(d, d_vec).unroll(d).unroll(q);
+    out_stage.update().reorder(d, q, key_rvar).vectorize(d, d_vec).unroll(d).unroll(q);
 }
 
 } // namespace attngen

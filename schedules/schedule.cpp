@@ -60,29 +60,32 @@ std::string parse_params(const std::string &text, std::initializer_list<ParamFie
 } // namespace
 
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params) {
-    return parse_params(text, {{"query_vectors", &params.query_vectors, 16},
-                               {"key_block", &params.key_block, 16},
-                               {"query_block", &params.query_block, 16},
-                               {"d_vectors", &params.d_vectors, 16},
-                               {"kv_chunk", &params.kv_chunk, 65536, 0}});
+    // The two chunk forms exclude each other: naming one turns off the other's default, and
+    // naming both nonzero is an error. -1 marks a chunk the text does not name.
+    const CpuScheduleParams defaults = params;
+    params.kv_chunk = params.key_chunk = -1;
+    std::string problem = parse_params(text, {{"query_vectors", &params.query_vectors, 16},
+                                              {"key_block", &params.key_block, 16},
+                                              {"query_block", &params.query_block, 16},
+                                              {"d_vectors", &params.d_vectors, 16},
+                                              {"kv_chunk", &params.kv_chunk, 65536, 0},
+                                              {"key_chunk", &params.key_chunk, 65536, 0}});
+    const bool kv_named = params.kv_chunk >= 0, key_named = params.key_chunk >= 0;
+    if (!kv_named)
+        params.kv_chunk = key_named && params.key_chunk > 0 ? 0 : defaults.kv_chunk;
+    if (!key_named)
+        params.key_chunk = kv_named && params.kv_chunk > 0 ? 0 : defaults.key_chunk;
+    if (problem.empty() && params.kv_chunk > 0 && params.key_chunk > 0)
+        problem = "schedule parameters kv_chunk and key_chunk: at most one may be nonzero, got "
+                  "kv_chunk=" +
+                  std::to_string(params.kv_chunk) +
+                  " and key_chunk=" + std::to_string(params.key_chunk);
+    return problem;
 }
 
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
-    return parse_params(text, {{"query_tile", &params.query_tile, 128},
-                               {"key_chunk", &params.key_chunk, 128}});
-}
-
-std::string to_string(const CpuScheduleParams &params) {
-    return "query_vectors=" + std::to_string(params.query_vectors) +
-           ",key_block=" + std::to_string(params.key_block) +
-           ",query_block=" + std::to_string(params.query_block) +
-           ",d_vectors=" + std::to_string(params.d_vectors) +
-           ",kv_chunk=" + std::to_string(params.kv_chunk);
-}
-
-std::string to_string(const GpuScheduleParams &params) {
-    return "query_tile=" + std::to_string(params.query_tile) +
-           ",key_chunk=" + std::to_string(params.key_chunk);
+    return parse_params(
+        text, {{"query_tile", &params.query_tile, 128}, {"key_chunk", &params.key_chunk, 128}});
 }
 
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
@@ -152,6 +155,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.family = Family::cpu;
         resolved.cpu = use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
         resolved.cpu.kv_chunk = cpu_default_kv_chunk(shape_class);
+        resolved.cpu.key_chunk = cpu_default_key_chunk(shape_class);
         resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
     } else if (name == "auto")
         resolved.problem =
@@ -176,7 +180,8 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         break;
     case ResolvedSchedule::Family::cpu:
         options.query_block = cpu_query_tile(target, resolved.cpu);
-        options.kv_chunk = resolved.cpu.kv_chunk;
+        options.kv_chunk =
+            resolved.cpu.kv_chunk > 0 ? resolved.cpu.kv_chunk : resolved.cpu.key_chunk;
         break;
     case ResolvedSchedule::Family::gpu:
         options.query_block = resolved.gpu.query_tile;

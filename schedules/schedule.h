@@ -24,10 +24,19 @@ struct CpuScheduleParams {
      * That schedule uses only this parameter of the four above.
      */
     int kv_chunk = 0;
+    /**
+     * Keys per chunk of the query-tile schedule's flash form (0: whole rows). Each tile walks
+     * K/V a chunk at a time: the chunk's scores, statistics and partial output stay in L1, and
+     * the chunks are combined exactly. At most one of kv_chunk and key_chunk is nonzero.
+     */
+    int key_chunk = 0;
 };
 
-/** The CPU schedule's kv_chunk for a shape class: split-KV for decode, whole rows otherwise. */
+/** The CPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
 int cpu_default_kv_chunk(const std::string &shape_class);
+
+/** The CPU schedule's key_chunk for a shape class: the flash form for prefill, 0 for decode. */
+int cpu_default_key_chunk(const std::string &shape_class);
 
 /**
  * The GPU schedule's tiles: a thread block computes query_tile queries of every head of one kv
@@ -43,13 +52,11 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_vectors, key_block,
- * query_block, d_vectors, each 1..16; kv_chunk 0..65536). Returns an empty string, or what is
- * wrong with `text`.
+ * query_block, d_vectors, each 1..16; kv_chunk, key_chunk 0..65536). Naming one of the two
+ * chunks nonzero turns the other off; naming both nonzero is an error. Returns an empty string,
+ * or what is wrong with `text`.
  */
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
-
-/** The "key=value,..." form of `params`. */
-std::string to_string(const CpuScheduleParams &params);
 
 /** The queries of one parallel task of the CPU schedule: query_vectors vectors. */
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params);
@@ -63,9 +70,6 @@ void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
  * key_chunk 1..128). Returns an empty string, or what is wrong with `text`.
  */
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params);
-
-/** The "key=value,..." form of `params`. */
-std::string to_string(const GpuScheduleParams &params);
 
 /** One thread block per (query tile, kv head, batch), K/V chunks staged in shared memory. */
 void apply_gpu_schedule(AttentionStages &stages, const Halide::Target &target,

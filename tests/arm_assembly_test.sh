@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reads the AArch64 assembly the generator emits and checks that the inner loops of the score
-# and weighted-sum (P·V) stages are vector fused multiply-adds (fmla on .4s registers), so that
-# a schedule that silently goes scalar fails.
+# and P·V stages (part_out in the flash form the prefill default uses, weighted_sum with whole
+# rows) are vector fused multiply-adds (fmla on .4s registers), so that a schedule that
+# silently goes scalar fails.
 #   arm_assembly_test.sh GENERATOR WORK_DIR
 set -u
 generator=$1 work=$2
@@ -19,12 +20,14 @@ loop_body() { # loop_body FILE PATTERN
 check_layer() { # check_layer NAME TARGET PARAMS...
     local name=$1 target=$2
     shift 2
+    local pv_stage='for part_out$1.s1.r_keys'
+    [[ " $* " == *" schedule_params=key_chunk:0 "* ]] && pv_stage='for weighted_sum$1.s1.r_keys'
     if ! "$generator" -g attention -f "$name" -e assembly -o "$work" \
         "target=$target-no_runtime" "$@" > "$work/$name.log" 2>&1; then
         echo "FAILED: generating $name for $target"; cat "$work/$name.log"
         failures=$((failures + 1)); return
     fi
-    for stage in 'for scores$1.s1.r_head_dim' 'for weighted_sum$1.s1.r_keys'; do
+    for stage in 'for scores$1.s1.r_head_dim' "$pv_stage"; do
         checks=$((checks + 1))
         local body vector scalar
         body=$(loop_body "$work/$name.s" "$stage")
@@ -42,6 +45,7 @@ check_layer plain_d64 arm-64-linux heads=2 head_dim=64
 check_layer causal_gqa_d32 arm-64-linux-arm_fp16 heads=4 kv_heads=2 head_dim=32 mask=causal
 check_layer f16_d128 arm-64-linux-arm_fp16 heads=2 head_dim=128 dtype=f16 mask=padding
 check_layer mha arm-64-linux model_dim=64 heads=4 projections=q,k,v,out bias=true
+check_layer whole_rows_d64 arm-64-linux heads=2 head_dim=64 schedule_params=key_chunk:0
 
 echo "$((checks - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

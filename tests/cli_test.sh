@@ -74,6 +74,16 @@ expect 0 "run documents" "$attngen" run "$spec" --layer documents --shape 1,33 -
 expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alibi --shape 1,4 \
     --scalar cap=2
 expect 1 "run with a bad shape" "$attngen" run "$spec" --layer alibi --shape 1,0
+expect 0 "run the whole-row form" "$attngen" run "$spec" --layer alibi --shape 1,40 --runs 1 \
+    --schedule-params key_chunk=0
+contains "$work/out.txt" ": ok" "the whole-row form matches the reference"
+expect 0 "run the split-KV form on a prefill shape" "$attngen" run "$spec" --layer alibi \
+    --shape 1,40 --runs 1 --schedule-params kv_chunk=16
+contains "$work/out.txt" ": ok" "naming kv_chunk turns the prefill default key_chunk off"
+expect 1 "run with both chunk forms" "$attngen" run "$spec" --layer alibi --shape 1,40 \
+    --schedule-params kv_chunk=16,key_chunk=32
+contains "$work/err.txt" "at most one may be nonzero, got kv_chunk=16 and key_chunk=32" \
+    "both chunk forms at once are refused, naming both values"
 expect 1 "run an unknown layer" "$attngen" run "$spec" --layer nope --shape 1,4
 
 # tune: a real search on a tiny space, its log, resume, a damaged line, export, merge, and

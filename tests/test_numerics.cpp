@@ -9,12 +9,15 @@
 #include "t_d32_bf16.h"
 #include "t_d32_f16.h"
 #include "t_d32_gqa_causal.h"
+#include "t_d32_whole_rows.h"
 #include "t_d48_odd_blocks.h"
 #include "t_d64_all_masks.h"
+#include "t_d64_flash_gqa.h"
 #include "t_d64_gqa_decode.h"
 #include "t_d64_mqa_padding.h"
 #include "t_d64_reference.h"
 #include "t_d80_decode_window.h"
+#include "t_d80_flash_window.h"
 #include "t_d80_window.h"
 #include "t_mha_cross.h"
 #include "t_mha_decode.h"
@@ -79,6 +82,18 @@ TEST_CASE("register blocks that divide nothing evenly match the reference") {
     check_against_reference(t_d48_odd_blocks_layer(), 4801);
 }
 
+TEST_CASE("the prefill flash form with grouped queries, causal and padding matches") {
+    check_against_reference(t_d64_flash_gqa_layer(), 6405, decode_shapes());
+}
+
+TEST_CASE("the prefill flash form with a window, an additive mask and f16 matches") {
+    check_against_reference(t_d80_flash_window_layer(), 8003, decode_shapes());
+}
+
+TEST_CASE("the whole-row form (key_chunk 0) with grouped queries and masks matches") {
+    check_against_reference(t_d32_whole_rows_layer(), 3204, decode_shapes());
+}
+
 TEST_CASE("the plain reference schedule matches the reference") {
     check_against_reference(t_d64_reference_layer(), 6403);
 }
@@ -98,9 +113,10 @@ TEST_CASE("the split-KV decode form with projections matches the reference") {
 TEST_CASE("a query row whose every key is masked gives zeros, not NaN") {
     const uint32_t seed = test_seed(77);
     INFO("seed " << seed);
-    // Whole rows and the split-KV form, where every chunk of a row is masked.
+    // Whole rows, the flash form and the split-KV form, where every chunk of a row is masked.
     const attngen::Layer &layer =
-        GENERATE(std::cref(t_d16_causal_padding_layer()), std::cref(t_d64_gqa_decode_layer()));
+        GENERATE(std::cref(t_d32_whole_rows_layer()), std::cref(t_d64_flash_gqa_layer()),
+                 std::cref(t_d64_gqa_decode_layer()));
     INFO("layer " << layer.info.name);
     // Key padding of length 0 hides every key of batch 0; batch 1 keeps some.
     Problem problem(layer.info, 2, 9, 12, seed);

@@ -91,9 +91,9 @@ double parse_duration(const std::string &text) {
 }
 
 /**
- * The CPU schedule's parameters around the target's defaults: the register blocks of the
- * query-tile form, or, when every shape is a decode shape, the KV chunk of the split-KV form
- * (which uses nothing else).
+ * The CPU schedule's parameters around the target's defaults: the register blocks and flash
+ * chunk of the query-tile form (key_chunk 0: whole rows), or, when every shape is a decode
+ * shape, the KV chunk of the split-KV form (which uses nothing else).
  */
 ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode) {
     if (decode)
@@ -101,7 +101,8 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode) {
     return {{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
              {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
              {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
-             {"d_vectors", {1, 2, 4}, defaults.d_vectors}}};
+             {"d_vectors", {1, 2, 4}, defaults.d_vectors},
+             {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")}}};
 }
 
 std::string format_duration(double seconds) {
