@@ -373,15 +373,22 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     s.scores.update().reorder(q, k, s.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
 
     // Softmax statistics vectorized along queries: no horizontal reductions.
-    max_stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
-    max_stage.update().vectorize(q, lanes);
+    // The tile's query vectors are unrolled inside the loop over keys: independent chains of
+    // max and add, where one chain per vector waited on each add's latency.
+    Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
+    for (Func stage : {max_stage, sum_stage}) {
+        stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
+        stage.update()
+            .split(q, q_vector, q_vlane, lanes)
+            .reorder(q_vlane, q_vector, key_rvar)
+            .vectorize(q_vlane)
+            .unroll(q_vector);
+    }
     s.probs.compute_at(rows_at)
         .bound_extent(q, query_tile)
         .reorder_storage(q, k)
         .reorder(q, k)
         .vectorize(q, lanes);
-    sum_stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
-    sum_stage.update().vectorize(q, lanes);
 
     // P·V: accumulators for query_block queries x d_block features stay in registers.
     out_stage.compute_at(block_consumer, d_outer)
