@@ -306,18 +306,38 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .reorder(q, d)
         .vectorize(q, lanes);
 
+    // Row statistics vectorized along queries (no horizontal reductions), the tile's query
+    // vectors unrolled inside the loop over the reduction: independent chains of max and add,
+    // where one chain per vector waited on each add's latency.
+    Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
+    auto row_statistic = [&](Func stage, const Halide::LoopLevel &at, const Halide::RVar &r) {
+        stage.compute_at(at).bound_extent(q, query_tile).vectorize(q, lanes);
+        stage.update()
+            .split(q, q_vector, q_vlane, lanes)
+            .reorder(q_vlane, q_vector, r)
+            .vectorize(q_vlane)
+            .unroll(q_vector);
+    };
+    // A reduction into query_block queries x d_block features held in registers, computed per
+    // block of `consumer`.
+    auto register_block = [&](Func stage, Func consumer, const Halide::RVar &r) {
+        stage.compute_at(consumer, d_outer)
+            .bound_extent(q, query_block)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(q);
+        stage.update().reorder(d, q, r).vectorize(d, d_vec).unroll(d).unroll(q);
+    };
+
     // The flash form walks the keys in chunks inside the tile: everything from the scores to
     // the chunk's partial output is computed per chunk (`partials` loops over chunks outermost),
     // so the scores and probabilities of a chunk stay in L1, and the P·V blocks reuse the
     // chunk's V rows from L1. Without chunks the tile's whole rows are computed at once.
-    Func rows = core;
     Halide::LoopLevel rows_at(core, tile);
     Func max_stage = s.row_max, sum_stage = s.row_sum, out_stage = s.weighted_sum;
-    Halide::RVar key_rvar = s.r_keys.x;
     Func block_consumer = core;
     if (s.kv_chunk > 0) {
         Var j = s.j;
-        rows = s.partials;
         s.partials.compute_at(core, tile)
             .bound_extent(q, query_tile)
             .split(q, q_block, q_lane, query_block)
@@ -330,27 +350,20 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         sum_stage = s.part_sum;
         out_stage = s.part_out;
         block_consumer = s.partials;
-        // The combine, per tile: chunk weights and row sums vectorized along queries, the
-        // weighted partial outputs in the same register blocks as the output.
-        s.row_max.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-        s.row_max.update().vectorize(q, lanes);
+        // One chunk per iteration; stored queries innermost so the vectors are dense.
+        s.part_out.bound_extent(j, 1);
+        for (Func stage : {s.part_max, s.part_sum})
+            stage.bound_extent(j, 1).reorder_storage(q, j);
+        // The combine, per tile: chunk weights and row sums along queries, the weighted partial
+        // outputs in the same register blocks as the output.
+        row_statistic(s.row_max, Halide::LoopLevel(core, tile), s.r_chunks.x);
+        row_statistic(s.row_sum, Halide::LoopLevel(core, tile), s.r_chunks.x);
         s.part_scale.compute_at(core, tile)
             .bound_extent(q, query_tile)
             .reorder_storage(q, j)
             .reorder(q, j)
             .vectorize(q, lanes);
-        s.row_sum.compute_at(core, tile).bound_extent(q, query_tile).vectorize(q, lanes);
-        s.row_sum.update().vectorize(q, lanes);
-        s.weighted_sum.compute_at(core, d_outer)
-            .bound_extent(q, query_block)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(q);
-        s.weighted_sum.update().reorder(d, q, s.r_chunks.x).vectorize(d, d_vec).unroll(d).unroll(q);
-        s.part_out.bound_extent(j, 1);
-        // One chunk per iteration; stored queries innermost so the vectors are dense.
-        for (Func stage : {s.part_max, s.part_sum})
-            stage.bound_extent(j, 1).reorder_storage(q, j);
+        register_block(s.weighted_sum, core, s.r_chunks.x);
     }
 
     // Scores in register blocks of key_block keys x query_tile queries, masked as they are made.
@@ -372,31 +385,15 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .unroll(k);
     s.scores.update().reorder(q, k, s.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
 
-    // Softmax statistics vectorized along queries: no horizontal reductions.
-    // The tile's query vectors are unrolled inside the loop over keys: independent chains of
-    // max and add, where one chain per vector waited on each add's latency.
-    Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
-    for (Func stage : {max_stage, sum_stage}) {
-        stage.compute_at(rows_at).bound_extent(q, query_tile).vectorize(q, lanes);
-        stage.update()
-            .split(q, q_vector, q_vlane, lanes)
-            .reorder(q_vlane, q_vector, key_rvar)
-            .vectorize(q_vlane)
-            .unroll(q_vector);
-    }
+    // The softmax of the rows (or chunk), then P·V.
+    row_statistic(max_stage, rows_at, s.r_keys.x);
     s.probs.compute_at(rows_at)
         .bound_extent(q, query_tile)
         .reorder_storage(q, k)
         .reorder(q, k)
         .vectorize(q, lanes);
-
-    // P·V: accumulators for query_block queries x d_block features stay in registers.
-    out_stage.compute_at(block_consumer, d_outer)
-        .bound_extent(q, query_block)
-        .vectorize(d, d_vec)
-        .unroll(d)
-        .unroll(q);
-    out_stage.update().reorder(d, q, key_rvar).vectorize(d, d_vec).unroll(d).unroll(q);
+    row_statistic(sum_stage, rows_at, s.r_keys.x);
+    register_block(out_stage, block_consumer, s.r_keys.x);
 }
 
 } // namespace attngen
