@@ -51,7 +51,8 @@ struct AttentionInputs {
  * and `probs` is exp(masked - part_max) of the key's chunk. The combine is exact:
  * row_max = max_j part_max, part_scale = exp(part_max - row_max), row_sum = sum_j part_scale *
  * part_sum, weighted_sum = sum_j part_scale * part_out. No Lq x Lk matrix is needed, and the
- * chunks are independent work.
+ * chunks are independent work: the CPU decode schedule runs them as parallel tasks, the CPU
+ * prefill schedule (flash form) walks them one after another inside each query tile.
  */
 struct AttentionStages {
     Halide::Var d{"d"}, c{"c"}, q{"q"}, k{"k"}, h{"h"}, b{"b"};

@@ -75,11 +75,12 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
         params.kv_chunk = key_named && params.key_chunk > 0 ? 0 : defaults.kv_chunk;
     if (!key_named)
         params.key_chunk = kv_named && params.kv_chunk > 0 ? 0 : defaults.key_chunk;
-    if (problem.empty() && params.kv_chunk > 0 && params.key_chunk > 0)
-        problem = "schedule parameters kv_chunk and key_chunk: at most one may be nonzero, got "
-                  "kv_chunk=" +
-                  std::to_string(params.kv_chunk) +
-                  " and key_chunk=" + std::to_string(params.key_chunk);
+    if (problem.empty() && params.kv_chunk > 0 && params.key_chunk > 0) {
+        const std::string both = "kv_chunk=" + std::to_string(params.kv_chunk) +
+                                 " and key_chunk=" + std::to_string(params.key_chunk);
+        problem =
+            "schedule parameters kv_chunk and key_chunk: at most one may be nonzero, got " + both;
+    }
     return problem;
 }
 

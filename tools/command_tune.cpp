@@ -71,7 +71,8 @@ void print_usage(std::FILE *stream) {
         "by --runner with the --work dir's paths (defaults for arm-64-linux on x86:\n"
         "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
         "script that copies the work dir over and runs its arguments there). GPU targets\n"
-        "(cuda, opencl) search query_tile and key_chunk; CPU targets the register blocks.\n");
+        "(cuda, opencl) search query_tile and key_chunk; CPU targets the register blocks and\n"
+        "the flash key_chunk, or, when every shape is a decode shape, the split-KV kv_chunk.\n");
 }
 
 /** "90", "90s", "10m", "1h" in seconds; negative if malformed. */
