@@ -10,7 +10,15 @@
 //   2. row_sum and P·V fused (compute_with): scores recomputed, exp(score - max) staged once per
 //      chunk, summed and multiplied with the staged V chunk.
 // The output is written once, threads along head_dim so the stores are coalesced.
+//
+// Decode shapes (a few queries per head) leave that grid mostly empty, so their split-KV form
+// (kv_chunk > 0) gives each chunk of keys its own block: the same two passes compute the chunk's
+// max, sum and partial output, blocks run over (query tile, chunk, kv head x batch), and the
+// output's kernel combines the chunks exactly.
 #include "schedule.h"
+
+#include <algorithm>
+#include <vector>
 
 namespace attngen {
 
@@ -27,15 +35,15 @@ namespace {
 constexpr int threads_x = 16, threads_y = 16;
 
 /**
- * Spreads `stage` over the block's threads: x over threads_x threads with `x_unroll` consecutive
- * elements per thread, y likewise. What is left of x and y runs as serial loops around the
- * threads. Returns the thread variables (x innermost).
+ * Spreads `stage` over the block's threads: x over `x_threads` threads (at most threads_x) with
+ * `x_unroll` consecutive elements per thread, y over threads_y likewise. What is left of x and y
+ * runs as serial loops around the threads. Returns the thread variables (x innermost).
  */
 std::pair<Var, Var> spread(Stage stage, const VarOrRVar &x, int x_unroll, const VarOrRVar &y,
-                           int y_unroll, const std::string &prefix) {
+                           int y_unroll, const std::string &prefix, int x_threads = threads_x) {
     Var xo{prefix + "_xo"}, xt{prefix + "_xt"}, xu{prefix + "_xu"};
     Var yo{prefix + "_yo"}, yt{prefix + "_yt"}, yu{prefix + "_yu"};
-    stage.split(x, xo, xt, threads_x * x_unroll, TailStrategy::GuardWithIf)
+    stage.split(x, xo, xt, x_threads * x_unroll, TailStrategy::GuardWithIf)
         .split(xt, xt, xu, x_unroll, TailStrategy::GuardWithIf)
         .split(y, yo, yt, threads_y * y_unroll, TailStrategy::GuardWithIf)
         .split(yt, yt, yu, y_unroll, TailStrategy::GuardWithIf)
@@ -47,7 +55,9 @@ std::pair<Var, Var> spread(Stage stage, const VarOrRVar &x, int x_unroll, const 
 }
 
 /** Elements per thread so that `extent` covers `threads` threads (at least 1). */
-int per_thread(int extent, int threads) { return std::max(1, (extent + threads - 1) / threads); }
+int per_thread(int extent, int threads) {
+    return std::max(1, (extent + threads - 1) / threads);
+}
 
 /**
  * A score micro-tile per thread: `scores` (k, q, h, b) computed inside the thread loop of
@@ -84,8 +94,9 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         // The same tiles for the bias (pure) stage and the accumulation, whose reduction runs
         // inside each thread's 2 x 2 outputs.
         for (Stage tiled : {Stage(stage), stage.update()}) {
-            tiled.tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2,
-                       TailStrategy::GuardWithIf)
+            tiled
+                .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2,
+                      TailStrategy::GuardWithIf)
                 .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
                 .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
                 .gpu_blocks(xo, yo, outer0)
@@ -115,25 +126,48 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         s.attn_out.compute_inline();
     }
 
-    // The block: a query tile of every head of one kv head's group. The output's own loop is
-    // spread over the threads along head_dim (coalesced stores).
+    // The kernel that walks the keys: the output itself (whole rows), or in the split-KV form
+    // the chunks' partials, which a second kernel (the output's) combines.
+    const bool split = s.kv_chunk > 0;
+    Func walk = split ? s.partials : core;
+    Func max_stat = split ? s.part_max : s.row_max;
+    Func sum_stat = split ? s.part_sum : s.row_sum;
+    Func out_stat = split ? s.part_out : s.weighted_sum;
+    Var j = s.j;
+
+    // The block: a query tile of every head of one kv head's group (and of one chunk of keys in
+    // the split form). The walk's own loop is spread over the threads along head_dim (coalesced
+    // stores).
     Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"kv_head"}, hg{"head_in_group"};
-    core.split(h, kv, hg, group, TailStrategy::GuardWithIf)
-        .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf)
-        .reorder(d, qi, hg, qo, kv, b)
-        .gpu_blocks(qo, kv, b);
-    spread(core, d, 1, qi, 1, "out");
+    auto block_tiles = [&](Func stage) {
+        stage.split(h, kv, hg, group, TailStrategy::GuardWithIf)
+            .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf);
+    };
+    block_tiles(walk);
+    if (split) {
+        Var kvb{"kv_head_batch"};
+        walk.compute_root()
+            .reorder(d, qi, hg, qo, j, kv, b)
+            .fuse(kv, b, kvb)
+            .gpu_blocks(qo, j, kvb);
+    } else {
+        walk.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
+    }
+    spread(walk, d, 1, qi, 1, "out");
 
     const int d_unroll = per_thread(head_dim, threads_x);
     const int q_unroll = per_thread(query_tile, threads_y);
     const int k_unroll = per_thread(key_chunk, threads_x);
 
-    // The chunk a pass stages: keys as the x threads, queries as the y threads.
+    // The chunk a pass stages: keys as the x threads, queries as the y threads. The key
+    // threads cover the chunk exactly (key_chunk is a power of two): one more would make the
+    // scores of its K chunk a key longer than the K chunk staged for them.
     auto stage_chunk = [&](Func chunk, Func scores, const Func &consumer, const RVar &chunk_var,
                            const std::string &prefix) {
         chunk.compute_at(consumer, chunk_var).bound_extent(k, key_chunk);
         chunk.reorder(k, q, h);
-        auto threads = spread(chunk, k, k_unroll, q, q_unroll, prefix);
+        auto threads =
+            spread(chunk, k, k_unroll, q, q_unroll, prefix, std::min(threads_x, key_chunk));
         schedule_scores_in_thread(scores, chunk, threads.first, k, q, k_unroll, q_unroll);
         // K chunk for these scores, head_dim along the threads (coalesced loads).
         Func k_chunk = s.k_heads.in(scores);
@@ -141,24 +175,34 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         spread(k_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), prefix + "_k");
     };
 
+    // The loops of a key reduction's update outside its threads: the heads of the group, then
+    // (split form) the chunk of the block, then the steps of key_chunk keys. The chunk loop has
+    // extent 1 inside a block; naming it keeps it out from between the thread loops.
+    auto outer_loops = [&](std::vector<VarOrRVar> inner, const RVar &chunk_var) {
+        if (split)
+            inner.emplace_back(j);
+        inner.emplace_back(chunk_var);
+        return inner;
+    };
+
     // A block-level reduction over keys, chunk by chunk: rfactor per chunk, so that each
     // thread reduces its share of a chunk in registers (the returned intermediate) and adds it
     // once to the block's accumulator. `stat` is spread over the threads by (x, y); the chunk
     // loop is outside the heads of the group, so a staged chunk serves all of them.
-    auto reduce_by_chunks = [&](Func stat, const Var &x, int x_unroll, const Var &y,
-                                int y_unroll, const RVar &chunk_var, const RVar &key_in_chunk,
+    auto reduce_by_chunks = [&](Func stat, const Var &x, int x_unroll, const Var &y, int y_unroll,
+                                const RVar &chunk_var, const RVar &key_in_chunk,
                                 const std::string &prefix) {
-        stat.compute_at(core, qo);
+        stat.compute_at(walk, qo);
         spread(stat, x, x_unroll, y, y_unroll, prefix + "_init");
         Var u{prefix + "_u"};
-        Func partial = stat.update()
-                           .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk,
-                                  TailStrategy::GuardWithIf)
-                           .rfactor(chunk_var, u);
+        Func partial =
+            stat.update()
+                .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
+                .rfactor(chunk_var, u);
         if (y.same_as(h))
-            stat.update().reorder(x, h, chunk_var);
+            stat.update().reorder(outer_loops({x, h}, chunk_var));
         else
-            stat.update().reorder(x, y, h, chunk_var);
+            stat.update().reorder(outer_loops({x, y, h}, chunk_var));
         auto threads = spread(stat.update(), x, x_unroll, y, y_unroll, prefix + "_update");
         partial.compute_at(stat, threads.first)
             .bound_extent(q, q_unroll)
@@ -168,42 +212,60 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         return partial;
     };
 
-    // Pass 1, row_max: its own copy of the score stages (scores are recomputed, never kept).
-    // Cloned after rfactor, whose intermediate is what reads them.
+    // Pass 1, the row (chunk) max: its own copy of the score stages (scores are recomputed,
+    // never kept). Cloned after rfactor, whose intermediate is what reads them.
     {
         RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
         Func partial =
-            reduce_by_chunks(s.row_max, q, q_unroll, h, 1, chunk_var, key_in_chunk, "max");
+            reduce_by_chunks(max_stat, q, q_unroll, h, 1, chunk_var, key_in_chunk, "max");
         Func chunk = s.masked.clone_in(partial);
         Func scores = s.scores.clone_in(chunk);
-        stage_chunk(chunk, scores, s.row_max, chunk_var, "max");
+        stage_chunk(chunk, scores, max_stat, chunk_var, "max");
     }
 
-    // Pass 2: row_sum and P·V fused into one walk over the keys (compute_with), sharing the
+    // Pass 2: the row sum and P·V fused into one walk over the keys (compute_with), sharing the
     // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
     // q_unroll outputs per head of the group.
     RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
-    Func pv_partial = reduce_by_chunks(s.weighted_sum, d, d_unroll, q, q_unroll, chunk_var,
-                                       key_in_chunk, "pv");
+    Func pv_partial =
+        reduce_by_chunks(out_stat, d, d_unroll, q, q_unroll, chunk_var, key_in_chunk, "pv");
     if (head_dim % threads_x == 0) {
         // Exact: threads_x x d_unroll == head_dim, so the micro-tile never leaves the head.
         pv_partial.bound_extent(d, d_unroll).unroll(d);
         pv_partial.update().unroll(d);
     }
 
-    s.row_sum.compute_at(core, qo);
-    spread(s.row_sum, q, q_unroll, h, 1, "sum_init");
-    s.row_sum.update()
+    sum_stat.compute_at(walk, qo);
+    spread(sum_stat, q, q_unroll, h, 1, "sum_init");
+    sum_stat.update()
         .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
-        .reorder(key_in_chunk, q, h, chunk_var);
-    spread(s.row_sum.update(), q, q_unroll, h, 1, "sum_update");
-    s.row_sum.update().compute_with(s.weighted_sum.update(), chunk_var);
+        .reorder(outer_loops({key_in_chunk, q, h}, chunk_var));
+    spread(sum_stat.update(), q, q_unroll, h, 1, "sum_update");
+    sum_stat.update().compute_with(out_stat.update(), chunk_var);
 
     s.masked.compute_inline();
-    stage_chunk(s.probs, s.scores, s.weighted_sum, chunk_var, "pv");
+    stage_chunk(s.probs, s.scores, out_stat, chunk_var, "pv");
     Func v_chunk = s.v_heads.in(pv_partial);
-    v_chunk.compute_at(s.weighted_sum, chunk_var);
+    v_chunk.compute_at(out_stat, chunk_var);
     spread(v_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), "pv_v");
+
+    if (split) {
+        // The combine, in the output's kernel: a block per (query tile, kv head, batch) as in
+        // the whole-row form; each thread folds the chunks of its (query, head) or (d, query)
+        // in a serial loop, reading the partials from global memory once.
+        block_tiles(core);
+        core.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
+        spread(core, d, 1, qi, 1, "combine");
+        for (Func stat : {s.row_max, s.row_sum}) {
+            stat.compute_at(core, qo);
+            spread(stat, q, q_unroll, h, 1, stat.name() + "_init");
+            spread(stat.update(), q, q_unroll, h, 1, stat.name() + "_update");
+        }
+        s.weighted_sum.compute_at(core, qo);
+        spread(s.weighted_sum, d, d_unroll, q, q_unroll, "combine_init");
+        spread(s.weighted_sum.update(), d, d_unroll, q, q_unroll, "combine_update");
+        s.part_scale.compute_inline();
+    }
 }
 
 } // namespace attngen

@@ -85,8 +85,20 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
 }
 
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
-    return parse_params(
-        text, {{"query_tile", &params.query_tile, 128}, {"key_chunk", &params.key_chunk, 128}});
+    std::string problem = parse_params(text, {{"query_tile", &params.query_tile, 128},
+                                              {"key_chunk", &params.key_chunk, 128},
+                                              {"kv_chunk", &params.kv_chunk, 65536, 0}});
+    // The block's threads split a chunk evenly only for a power of two.
+    if (problem.empty() && (params.key_chunk & (params.key_chunk - 1)) != 0)
+        problem = "schedule parameter key_chunk must be a power of two for a GPU target, got " +
+                  std::to_string(params.key_chunk);
+    return problem;
+}
+
+int gpu_default_kv_chunk(const std::string &shape_class) {
+    // 256 keys, 8 shared-memory steps of the default key_chunk: Lk = 4096 with 8 kv heads
+    // gives 128 blocks, about one per multiprocessor of an A100 or H100.
+    return shape_class == "decode" ? 256 : 0;
 }
 
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
@@ -138,6 +150,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
             return resolved;
         }
         resolved.gpu = gpu_schedule_params(spec);
+        resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
         return resolved;
     }
@@ -186,9 +199,16 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         break;
     case ResolvedSchedule::Family::gpu:
         options.query_block = resolved.gpu.query_tile;
+        options.kv_chunk = resolved.gpu.kv_chunk;
         break;
     }
     return options;
+}
+
+std::string check_schedule(const AttentionSpec &spec, const Halide::Target &target,
+                           const std::string &name, const std::string &params,
+                           const std::string &shape_class) {
+    return resolve_schedule(spec, target, name, params, shape_class).problem;
 }
 
 std::string apply_schedule(AttentionStages &stages, const Halide::Target &target,

@@ -44,8 +44,18 @@ int cpu_default_key_chunk(const std::string &shape_class);
  */
 struct GpuScheduleParams {
     int query_tile = 32; ///< queries per thread block
-    int key_chunk = 32;  ///< keys staged in shared memory per step
+    int key_chunk = 32;  ///< keys staged in shared memory per step (a power of two)
+    /**
+     * Keys per chunk of the split-KV form (0: each block walks whole rows). With chunks, a
+     * block computes one chunk's partial softmax and output, blocks run over (query tile,
+     * chunk, kv head x batch), and a second kernel combines the chunks exactly: the decode
+     * schedule, where a few queries per head would otherwise leave most of the GPU idle.
+     */
+    int kv_chunk = 0;
 };
+
+/** The GPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
+int gpu_default_kv_chunk(const std::string &shape_class);
 
 /** Every stage computed at root, serially: the baseline every other schedule must match. */
 void apply_reference_schedule(AttentionStages &stages, const Halide::Target &target);
@@ -67,7 +77,8 @@ void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_tile 1..128,
- * key_chunk 1..128). Returns an empty string, or what is wrong with `text`.
+ * key_chunk 1..128 a power of two, kv_chunk 0..65536). Returns an empty string, or what is wrong
+ * with `text`.
  */
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params);
 
@@ -94,6 +105,14 @@ CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
                                    const std::string &name, const std::string &params = "",
                                    const std::string &shape_class = "prefill");
+
+/**
+ * What apply_schedule would refuse for these arguments (an unknown name, a schedule that does
+ * not fit the target, malformed or conflicting parameters), or an empty string.
+ */
+std::string check_schedule(const AttentionSpec &spec, const Halide::Target &target,
+                           const std::string &name, const std::string &params = "",
+                           const std::string &shape_class = "prefill");
 
 /** The schedule names apply_schedule accepts: "auto" picks by target (cuda for GPU targets). */
 bool is_schedule_name(const std::string &name);

@@ -128,7 +128,17 @@ if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
         --plot "$work/cl.svg"
     contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "OpenCL candidates check out"
     contains "$work/out.txt" "key_chunk=16,query_tile=" "a GPU target searches the GPU space"
+    expect 0 "tune the GPU split-KV chunk on decode shapes" "$attngen" tune "$spec" \
+        --layer alibi --shapes 1,2,70 --target x86-64-linux-opencl --trials 2 --runs 5 \
+        --space 'query_tile=16;key_chunk=16;kv_chunk=64/128' --log "$work/cl-decode.jsonl" \
+        --work "$work/cl-decode-work" --plot "$work/cl-decode.svg"
+    contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "split-KV GPU candidates check out"
+    contains "$work/out.txt" "kv_chunk=" "decode shapes search the GPU kv_chunk"
 fi
+expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params key_chunk=24 -o "$work/lib_cl"
+contains "$work/err.txt" "key_chunk must be a power of two for a GPU target, got 24" \
+    "the GPU chunk rule is stated with the value given"
 expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
     --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018
 expect 1 "tune without a budget" "$attngen" tune "$spec" --layer alibi --shapes 1,8

@@ -8,7 +8,9 @@
 #include "g_d128_plain.h"
 #include "g_d16_mqa_padding.h"
 #include "g_d32_all_masks.h"
+#include "g_d32_decode_masks.h"
 #include "g_d64_gqa_causal.h"
+#include "g_d64_gqa_decode.h"
 #include "g_mha_self.h"
 #include "t_d16_plain.h"
 
@@ -67,6 +69,15 @@ TEST_CASE("GPU schedule: head_dim 128 keeps within shared memory and matches, on
 
 TEST_CASE("GPU schedule: projections, biases and grouped heads, on OpenCL") {
     check_on_gpu(g_mha_self_layer(), 505);
+}
+
+TEST_CASE(
+    "GPU split-KV decode form: grouped-query, causal and padding, several chunks, on OpenCL") {
+    check_on_gpu(g_d64_gqa_decode_layer(), 509);
+}
+
+TEST_CASE("GPU split-KV decode form: every mask kind combined, default chunks, on OpenCL") {
+    check_on_gpu(g_d32_decode_masks_layer(), 510);
 }
 
 TEST_CASE("GPU policy never runs the CPU variant of a GPU layer and still matches") {

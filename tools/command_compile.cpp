@@ -235,6 +235,17 @@ int command_compile(int argc, char **argv) {
         return exit_user_error;
     }
 
+    // The schedule and its parameters, per layer and target, before anything is generated.
+    for (const AttentionSpec &layer : layers)
+        for (const std::string &target : targets)
+            if (std::string problem = check_schedule(layer, Halide::Target(target), schedule,
+                                                     args.value("schedule-params"), shape_class);
+                !problem.empty()) {
+                fmt::print(stderr, "attngen compile: layer '{}', target {}: {}\n", layer.name,
+                           target, problem);
+                return exit_user_error;
+            }
+
     const std::string library = args.value("name", fs::path(file).stem().string());
     const fs::path dir = args.value("output");
     std::error_code io_error;

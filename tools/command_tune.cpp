@@ -71,8 +71,9 @@ void print_usage(std::FILE *stream) {
         "by --runner with the --work dir's paths (defaults for arm-64-linux on x86:\n"
         "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
         "script that copies the work dir over and runs its arguments there). GPU targets\n"
-        "(cuda, opencl) search query_tile and key_chunk; CPU targets the register blocks and\n"
-        "the flash key_chunk, or, when every shape is a decode shape, the split-KV kv_chunk.\n");
+        "(cuda, opencl) search query_tile and key_chunk, and the split-KV kv_chunk when every\n"
+        "shape is a decode shape; CPU targets the register blocks and the flash key_chunk, or,\n"
+        "when every shape is a decode shape, the split-KV kv_chunk alone.\n");
 }
 
 /** "90", "90s", "10m", "1h" in seconds; negative if malformed. */
@@ -472,14 +473,17 @@ int command_tune(int argc, char **argv) {
         options.baselines.clear();
     }
     ParamSpace space;
+    const bool decode = std::all_of(shapes.begin(), shapes.end(), [](const ProblemShape &s) {
+        return shape_class(s.queries) == "decode";
+    });
     if (target.has_gpu_feature()) {
         const GpuScheduleParams gpu = gpu_schedule_params(spec);
         space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
                   {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk}}};
+        if (decode)
+            space.axes.push_back(
+                {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
     } else {
-        const bool decode = std::all_of(shapes.begin(), shapes.end(), [](const ProblemShape &s) {
-            return shape_class(s.queries) == "decode";
-        });
         space = cpu_space(target.arch == Halide::Target::ARM ? arm_schedule_params(target)
                                                              : x86_schedule_params(target),
                           decode);

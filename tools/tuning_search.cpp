@@ -73,9 +73,11 @@ std::string restrict_space(ParamSpace &space, const std::string &text) {
         while (std::getline(list, word, '/')) {
             char *end = nullptr;
             const long value = std::strtol(word.c_str(), &end, 10);
-            if (word.empty() || *end != '\0' || value < 1 || value > 64)
-                return "--space: " + name + " takes values in 1..64 separated by '/', got '" +
-                       item.substr(equals + 1) + "'";
+            const bool allowed =
+                std::find(axis->values.begin(), axis->values.end(), value) != axis->values.end();
+            if (word.empty() || *end != '\0' || !(allowed || (value >= 1 && value <= 64)))
+                return "--space: " + name + " takes its own values or any in 1..64, separated " +
+                       "by '/', got '" + item.substr(equals + 1) + "'";
             values.push_back(static_cast<int>(value));
         }
         std::sort(values.begin(), values.end());
