@@ -251,19 +251,14 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
 
     if (split) {
         // The combine, in the output's kernel: a block per (query tile, kv head, batch) as in
-        // the whole-row form; each thread folds the chunks of its (query, head) or (d, query)
-        // in a serial loop, reading the partials from global memory once.
+        // the whole-row form; each thread folds the chunks of its own outputs in registers,
+        // reading the partials from global memory (a few chunks' worth: no shared memory and
+        // no barriers needed).
         block_tiles(core);
         core.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
-        spread(core, d, 1, qi, 1, "combine");
-        for (Func stat : {s.row_max, s.row_sum}) {
-            stat.compute_at(core, qo);
-            spread(stat, q, q_unroll, h, 1, stat.name() + "_init");
-            spread(stat.update(), q, q_unroll, h, 1, stat.name() + "_update");
-        }
-        s.weighted_sum.compute_at(core, qo);
-        spread(s.weighted_sum, d, d_unroll, q, q_unroll, "combine_init");
-        spread(s.weighted_sum.update(), d, d_unroll, q, q_unroll, "combine_update");
+        const Var thread = spread(core, d, 1, qi, 1, "combine").first;
+        for (Func stat : {s.row_max, s.row_sum, s.weighted_sum})
+            stat.compute_at(core, thread);
         s.part_scale.compute_inline();
     }
 }
