@@ -1,8 +1,10 @@
-// The GPU schedule, compiled for OpenCL, run on whatever OpenCL device the machine has (in CI:
-// the CPU, through PoCL), against the double-precision reference: masks, grouped and
-// multi-query heads, projections, decode shapes and odd lengths. The same layers carry a CPU
-// variant, so the GPU policy's fallback and its errors are tested here too. Without an OpenCL
-// device the GPU cases say so and skip, unless ATTNGEN_REQUIRE_OPENCL=1 (CI sets it).
+// The GPU schedule against the double-precision reference: masks, grouped and multi-query heads,
+// projections, decode shapes (the split-KV form) and odd lengths. Compiled for OpenCL by
+// default and run on whatever OpenCL device the machine has (in CI: the CPU, through PoCL); with
+// -DATTNGEN_GPU_TEST_API=cuda compiled for CUDA and run on an NVIDIA GPU (bench/gpu/run.sh),
+// where f16 storage is tested too (PoCL's CPU device has no cl_khr_fp16). The same layers carry
+// a CPU variant, so the GPU policy's fallback and its errors are tested here too. Without a
+// device of the API the GPU cases say so and skip, unless ATTNGEN_REQUIRE_GPU=1 (CI sets it).
 #include "test_support.h"
 
 #include "g_d128_plain.h"
@@ -13,9 +15,17 @@
 #include "g_d64_gqa_decode.h"
 #include "g_mha_self.h"
 #include "t_d16_plain.h"
+#if ATTNGEN_TEST_CUDA
+#include "g_d64_f16_causal.h"
+#endif
+
+#include "HalideRuntime.h"
+#include "HalideRuntimeCuda.h"
+#include "HalideRuntimeOpenCL.h"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,15 +33,21 @@ using namespace attngen_test;
 
 namespace {
 
-/** Whether the OpenCL cases can run here; prints why not, and fails where CI requires them. */
-bool opencl_present() {
-    if (attngen::gpu_available(attngen::Device::opencl))
+/** The API the GPU layers were compiled for. */
+constexpr attngen::Device test_api = ATTNGEN_TEST_CUDA ? attngen::Device::cuda
+                                                       : attngen::Device::opencl;
+
+/** Whether the GPU cases can run here; prints why not, and fails where CI requires them. */
+bool gpu_present() {
+    if (attngen::gpu_available(test_api))
         return true;
-    const char *required = std::getenv("ATTNGEN_REQUIRE_OPENCL");
+    const std::string missing =
+        ATTNGEN_TEST_CUDA ? "no CUDA driver with a device is present"
+                          : "no OpenCL platform with a device is present (install pocl-opencl-icd)";
+    const char *required = std::getenv("ATTNGEN_REQUIRE_GPU");
     if (required != nullptr && std::strcmp(required, "1") == 0)
-        FAIL("ATTNGEN_REQUIRE_OPENCL=1 but no OpenCL platform with a device is present "
-             "(install pocl-opencl-icd)");
-    WARN("skipped: no OpenCL platform with a device is present (install pocl-opencl-icd)");
+        FAIL("ATTNGEN_REQUIRE_GPU=1 but " << missing);
+    WARN("skipped: " << missing);
     return false;
 }
 
@@ -41,44 +57,98 @@ struct RequireGpu {
     ~RequireGpu() { attngen::set_gpu_policy(attngen::GpuPolicy::prefer); }
 };
 
+/**
+ * An app's own device buffer (a CUdeviceptr or cl_mem) holding a copy of host bytes, made
+ * through the Halide runtime that attngen carries, so in the context attngen runs in, as an app
+ * would with cudaMalloc or clCreateBuffer.
+ */
+class DeviceBuffer {
+  public:
+    DeviceBuffer(void *host, size_t bytes) {
+        dim_ = {0, static_cast<int32_t>(bytes), 1, 0};
+        buffer_.host = static_cast<uint8_t *>(host);
+        buffer_.type = halide_type_t(halide_type_uint, 8);
+        buffer_.dimensions = 1;
+        buffer_.dim = &dim_;
+        buffer_.set_host_dirty(true);
+        REQUIRE(halide_copy_to_device(nullptr, &buffer_, interface()) == 0);
+    }
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+    ~DeviceBuffer() { halide_device_free(nullptr, &buffer_); }
+
+    /** The device handle, as a Tensor's data. */
+    void *handle() {
+        const uint64_t handle = ATTNGEN_TEST_CUDA ? halide_cuda_get_device_ptr(nullptr, &buffer_)
+                                                  : halide_opencl_get_cl_mem(nullptr, &buffer_);
+        return reinterpret_cast<void *>(handle);
+    }
+    /** Copies the device bytes over the host bytes. */
+    void read_back() {
+        buffer_.set_device_dirty(true);
+        REQUIRE(halide_copy_to_host(nullptr, &buffer_) == 0);
+    }
+
+  private:
+    static const halide_device_interface_t *interface() {
+        return ATTNGEN_TEST_CUDA ? halide_cuda_device_interface()
+                                 : halide_opencl_device_interface();
+    }
+    halide_buffer_t buffer_{};
+    halide_dimension_t dim_{};
+};
+
+size_t bytes_of(const attngen::Layout &tensor) {
+    size_t elements = 1;
+    for (int i = 0; i < tensor.rank; i++)
+        elements *= static_cast<size_t>(tensor.shape[i]);
+    return elements * (tensor.dtype == attngen::DType::f32 ? 4 : 2);
+}
+
 void check_on_gpu(const attngen::Layer &layer, uint32_t seed) {
-    if (!opencl_present())
+    if (!gpu_present())
         return;
     RequireGpu gpu;
     check_against_reference(layer, seed, decode_shapes());
-    CHECK(attngen::last_device() == attngen::Device::opencl);
+    CHECK(attngen::last_device() == test_api);
 }
 
 } // namespace
 
-TEST_CASE("GPU schedule: grouped-query causal attention, head_dim 64, on OpenCL") {
+TEST_CASE("GPU schedule: grouped-query causal attention, head_dim 64") {
     check_on_gpu(g_d64_gqa_causal_layer(), 501);
 }
 
-TEST_CASE("GPU schedule: every mask kind combined, head_dim 32, on OpenCL") {
+TEST_CASE("GPU schedule: every mask kind combined, head_dim 32") {
     check_on_gpu(g_d32_all_masks_layer(), 502);
 }
 
-TEST_CASE("GPU schedule: multi-query attention with key padding, head_dim 16, on OpenCL") {
+TEST_CASE("GPU schedule: multi-query attention with key padding, head_dim 16") {
     check_on_gpu(g_d16_mqa_padding_layer(), 503);
 }
 
-TEST_CASE("GPU schedule: head_dim 128 keeps within shared memory and matches, on OpenCL") {
+TEST_CASE("GPU schedule: head_dim 128 keeps within shared memory and matches") {
     check_on_gpu(g_d128_plain_layer(), 504);
 }
 
-TEST_CASE("GPU schedule: projections, biases and grouped heads, on OpenCL") {
+TEST_CASE("GPU schedule: projections, biases and grouped heads") {
     check_on_gpu(g_mha_self_layer(), 505);
 }
 
 TEST_CASE(
-    "GPU split-KV decode form: grouped-query, causal and padding, several chunks, on OpenCL") {
+    "GPU split-KV decode form: grouped-query, causal and padding, several chunks") {
     check_on_gpu(g_d64_gqa_decode_layer(), 509);
 }
 
-TEST_CASE("GPU split-KV decode form: every mask kind combined, default chunks, on OpenCL") {
+TEST_CASE("GPU split-KV decode form: every mask kind combined, default chunks") {
     check_on_gpu(g_d32_decode_masks_layer(), 510);
 }
+
+#if ATTNGEN_TEST_CUDA
+TEST_CASE("GPU schedule: f16 storage, f32 arithmetic") {
+    check_on_gpu(g_d64_f16_causal_layer(), 512);
+}
+#endif
 
 TEST_CASE("GPU policy never runs the CPU variant of a GPU layer and still matches") {
     attngen::set_gpu_policy(attngen::GpuPolicy::never);
@@ -120,4 +190,40 @@ TEST_CASE("device tensors on a layer without a GPU variant are refused") {
     REQUIRE_FALSE(status.ok());
     CHECK(std::string(status.message()).find("tensors were given as device pointers") !=
           std::string::npos);
+}
+
+TEST_CASE("device tensors: the app's own device buffers are wrapped, not copied, and receive "
+          "the output") {
+    if (!gpu_present())
+        return;
+    const attngen::Layer &layer = g_d64_gqa_causal_layer();
+    const uint32_t seed = test_seed(511);
+    Problem problem(layer.info, 2, 9, 13, seed);
+    OutputBuffer out(layer.info.dtype, problem.out_elements());
+    std::fill(out.f32.begin(), out.f32.end(), 42.0f);
+    attngen::Arguments args = problem.arguments(out.data());
+    DeviceBuffer query(const_cast<void *>(args.query.data), bytes_of(args.query));
+    DeviceBuffer key(const_cast<void *>(args.key.data), bytes_of(args.key));
+    DeviceBuffer value(const_cast<void *>(args.value.data), bytes_of(args.value));
+    DeviceBuffer output(args.out.data, bytes_of(args.out));
+    args.query.data = query.handle();
+    args.key.data = key.handle();
+    args.value.data = value.handle();
+    args.out.data = output.handle();
+    args.query.on_device = args.key.on_device = args.value.on_device = args.out.on_device = true;
+    // The host copy of the output changes only by reading the device buffer back.
+    std::fill(out.f32.begin(), out.f32.end(), -7.0f);
+
+    RequireGpu gpu;
+    attngen::Status status = attngen::run(layer, args);
+    INFO(describe(problem, seed) << ": " << status.message());
+    REQUIRE(status.ok());
+    CHECK(attngen::last_device() == test_api);
+    for (float element : out.f32)
+        REQUIRE(element == -7.0f);
+    output.read_back();
+    const double error = relative_error(out.values(), reference_attention(problem.reference()));
+    const double tolerance = tolerance_for(layer.info.dtype);
+    INFO("relative error " << error << ", tolerance " << tolerance);
+    CHECK(error <= tolerance);
 }
