@@ -5,6 +5,7 @@
 // where f16 storage is tested too (PoCL's CPU device has no cl_khr_fp16). The same layers carry
 // a CPU variant, so the GPU policy's fallback and its errors are tested here too. Without a
 // device of the API the GPU cases say so and skip, unless ATTNGEN_REQUIRE_GPU=1 (CI sets it).
+#include "device_buffer.h"
 #include "test_support.h"
 
 #include "g_d128_plain.h"
@@ -18,10 +19,6 @@
 #if ATTNGEN_TEST_CUDA
 #include "g_d64_f16_causal.h"
 #endif
-
-#include "HalideRuntime.h"
-#include "HalideRuntimeCuda.h"
-#include "HalideRuntimeOpenCL.h"
 
 #include <catch2/catch.hpp>
 
@@ -55,47 +52,6 @@ bool gpu_present() {
 struct RequireGpu {
     RequireGpu() { attngen::set_gpu_policy(attngen::GpuPolicy::require); }
     ~RequireGpu() { attngen::set_gpu_policy(attngen::GpuPolicy::prefer); }
-};
-
-/**
- * An app's own device buffer (a CUdeviceptr or cl_mem) holding a copy of host bytes, made
- * through the Halide runtime that attngen carries, so in the context attngen runs in, as an app
- * would with cudaMalloc or clCreateBuffer.
- */
-class DeviceBuffer {
-  public:
-    DeviceBuffer(void *host, size_t bytes) {
-        dim_ = {0, static_cast<int32_t>(bytes), 1, 0};
-        buffer_.host = static_cast<uint8_t *>(host);
-        buffer_.type = halide_type_t(halide_type_uint, 8);
-        buffer_.dimensions = 1;
-        buffer_.dim = &dim_;
-        buffer_.set_host_dirty(true);
-        REQUIRE(halide_copy_to_device(nullptr, &buffer_, interface()) == 0);
-    }
-    DeviceBuffer(const DeviceBuffer &) = delete;
-    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-    ~DeviceBuffer() { halide_device_free(nullptr, &buffer_); }
-
-    /** The device handle, as a Tensor's data. */
-    void *handle() {
-        const uint64_t handle = ATTNGEN_TEST_CUDA ? halide_cuda_get_device_ptr(nullptr, &buffer_)
-                                                  : halide_opencl_get_cl_mem(nullptr, &buffer_);
-        return reinterpret_cast<void *>(handle);
-    }
-    /** Copies the device bytes over the host bytes. */
-    void read_back() {
-        buffer_.set_device_dirty(true);
-        REQUIRE(halide_copy_to_host(nullptr, &buffer_) == 0);
-    }
-
-  private:
-    static const halide_device_interface_t *interface() {
-        return ATTNGEN_TEST_CUDA ? halide_cuda_device_interface()
-                                 : halide_opencl_device_interface();
-    }
-    halide_buffer_t buffer_{};
-    halide_dimension_t dim_{};
 };
 
 size_t bytes_of(const attngen::Layout &tensor) {
@@ -202,10 +158,12 @@ TEST_CASE("device tensors: the app's own device buffers are wrapped, not copied,
     OutputBuffer out(layer.info.dtype, problem.out_elements());
     std::fill(out.f32.begin(), out.f32.end(), 42.0f);
     attngen::Arguments args = problem.arguments(out.data());
-    DeviceBuffer query(const_cast<void *>(args.query.data), bytes_of(args.query));
-    DeviceBuffer key(const_cast<void *>(args.key.data), bytes_of(args.key));
-    DeviceBuffer value(const_cast<void *>(args.value.data), bytes_of(args.value));
-    DeviceBuffer output(args.out.data, bytes_of(args.out));
+    DeviceBuffer query(test_api, const_cast<void *>(args.query.data), bytes_of(args.query));
+    DeviceBuffer key(test_api, const_cast<void *>(args.key.data), bytes_of(args.key));
+    DeviceBuffer value(test_api, const_cast<void *>(args.value.data), bytes_of(args.value));
+    DeviceBuffer output(test_api, args.out.data, bytes_of(args.out));
+    for (const DeviceBuffer *buffer : {&query, &key, &value, &output})
+        REQUIRE(buffer->ok());
     args.query.data = query.handle();
     args.key.data = key.handle();
     args.value.data = value.handle();
@@ -221,7 +179,7 @@ TEST_CASE("device tensors: the app's own device buffers are wrapped, not copied,
     CHECK(attngen::last_device() == test_api);
     for (float element : out.f32)
         REQUIRE(element == -7.0f);
-    output.read_back();
+    REQUIRE(output.read_back() == 0);
     const double error = relative_error(out.values(), reference_attention(problem.reference()));
     const double tolerance = tolerance_for(layer.info.dtype);
     INFO("relative error " << error << ", tolerance " << tolerance);

@@ -12,8 +12,7 @@
 #include "gbench_d64.h"
 #include "gbench_d64_causal.h"
 
-#include "HalideRuntime.h"
-#include "HalideRuntimeCuda.h"
+#include "device_buffer.h"
 
 #include <dlfcn.h>
 #include <fmt/core.h>
@@ -65,36 +64,19 @@ double fp32_peak_tflops(std::string &name) {
 }
 
 /** A float32 tensor in GPU memory, filled with random values from the host. */
-class DeviceTensor {
-  public:
-    DeviceTensor(size_t elements, std::mt19937 &rng) : host_(elements) {
+struct DeviceTensor {
+    DeviceTensor(size_t elements, std::mt19937 &rng)
+        : host(random_values(elements, rng)),
+          device(attngen::Device::cuda, host.data(), elements * sizeof(float)) {}
+    static std::vector<float> random_values(size_t elements, std::mt19937 &rng) {
         std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-        for (float &value : host_)
+        std::vector<float> values(elements);
+        for (float &value : values)
             value = uniform(rng);
-        dim_ = {0, static_cast<int32_t>(elements), 1, 0};
-        buffer_.host = reinterpret_cast<uint8_t *>(host_.data());
-        buffer_.type = halide_type_t(halide_type_float, 32);
-        buffer_.dimensions = 1;
-        buffer_.dim = &dim_;
-        buffer_.set_host_dirty(true);
-        ok_ = halide_copy_to_device(nullptr, &buffer_, halide_cuda_device_interface()) == 0;
+        return values;
     }
-    DeviceTensor(const DeviceTensor &) = delete;
-    DeviceTensor &operator=(const DeviceTensor &) = delete;
-    ~DeviceTensor() { halide_device_free(nullptr, &buffer_); }
-
-    bool ok() const { return ok_; }
-    void *handle() {
-        return reinterpret_cast<void *>(halide_cuda_get_device_ptr(nullptr, &buffer_));
-    }
-    /** Waits for the work queued on the device. */
-    int sync() { return halide_device_sync(nullptr, &buffer_); }
-
-  private:
-    std::vector<float> host_;
-    halide_buffer_t buffer_{};
-    halide_dimension_t dim_{};
-    bool ok_ = false;
+    std::vector<float> host;
+    attngen_test::DeviceBuffer device;
 };
 
 /** PyTorch's times (ms) by (D, causal, B, L): math f32 and flash f16; negative if it failed. */
@@ -130,13 +112,13 @@ double time_layer(const attngen::Layer &layer, int batch, int length, int head_d
                   std::mt19937 &rng) {
     const size_t elements = size_t(batch) * heads * length * head_dim;
     DeviceTensor query(elements, rng), key(elements, rng), value(elements, rng), out(elements, rng);
-    if (!query.ok() || !key.ok() || !value.ok() || !out.ok()) {
+    if (!query.device.ok() || !key.device.ok() || !value.device.ok() || !out.device.ok()) {
         fmt::print(stderr, "bench_gpu: cannot allocate {} floats x 4 on the GPU\n", elements);
         return -1;
     }
     auto tensor = [&](DeviceTensor &t) {
-        attngen::Tensor view =
-            attngen::view(static_cast<const float *>(t.handle()), {batch, heads, length, head_dim});
+        attngen::Tensor view = attngen::view(static_cast<const float *>(t.device.handle()),
+                                             {batch, heads, length, head_dim});
         view.on_device = true;
         return view;
     };
@@ -144,14 +126,14 @@ double time_layer(const attngen::Layer &layer, int batch, int length, int head_d
     args.query = tensor(query);
     args.key = tensor(key);
     args.value = tensor(value);
-    args.out =
-        attngen::mutable_view(static_cast<float *>(out.handle()), {batch, heads, length, head_dim});
+    args.out = attngen::mutable_view(static_cast<float *>(out.device.handle()),
+                                     {batch, heads, length, head_dim});
     args.out.on_device = true;
     std::vector<double> times;
     for (int run = 0; run <= runs; run++) {
         const auto start = std::chrono::steady_clock::now();
         attngen::Status status = attngen::run(layer, args);
-        const int synced = out.sync();
+        const int synced = out.device.sync();
         const auto stop = std::chrono::steady_clock::now();
         if (!status.ok() || synced != 0) {
             fmt::print(stderr, "bench_gpu: {} B={} L={}: {} (sync {})\n", layer.info.name, batch,
