@@ -93,17 +93,18 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
         s.r_model = RDom(0, model_dim, "r_model");
         Func kv_source = spec.cross_attention ? in.context : in.x;
-        auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &source,
-                           const Expr &last_pos, const Func &raw_weight, const Func &bias) {
+        s.q_rows(in_feature, q, b) = f32(in.x(in_feature, Halide::clamp(q, 0, last_query), b));
+        s.kv_rows(in_feature, k, b) = f32(kv_source(in_feature, Halide::clamp(k, 0, last_key), b));
+        auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
+                           const Func &raw_weight, const Func &bias) {
             weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));
             Expr row = h * head_dim + d;
             stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
-            stage(d, pos, h, b) +=
-                f32(source(s.r_model, Halide::clamp(pos, 0, last_pos), b)) * weight(s.r_model, row);
+            stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
         };
-        project(s.q_proj, s.q_weight, q, in.x, last_query, in.wq, in.bq);
-        project(s.k_proj, s.k_weight, k, kv_source, last_key, in.wk, in.bk);
-        project(s.v_proj, s.v_weight, k, kv_source, last_key, in.wv, in.bv);
+        project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
+        project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
+        project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
         s.q_heads(d, q, h, b) = s.q_proj(d, q, h, b) * scale;
         s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
         s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);

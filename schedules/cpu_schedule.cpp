@@ -10,6 +10,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -62,14 +63,39 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
     }
 }
 
-/** The register tile of the projection GEMMs: rows x outputs partial-sum vectors. */
-constexpr int gemm_rows = 4, gemm_outputs = 3;
+/** The register tile of the packed GEMMs: gemm_rows rows x one or two vectors of outputs. */
+constexpr int gemm_rows = 6;
+/** Rows per task of the packed GEMMs: their activations are copied once, into L2. */
+constexpr int gemm_task_rows = 48;
+/** Outputs per task of the packed GEMMs (at least one head), so that short inputs still
+ * make tasks for every core. */
+constexpr int gemm_task_outputs = 256;
+
+/**
+ * Stores `weight(in, out)`, the caller's nn.Linear weight (in features contiguous),
+ * transposed at root so that a GEMM tile loads vectors of outputs, its rows padded by
+ * padded_row. Packed in blocks of vectors x vectors (a transpose in registers), in parallel.
+ */
+void pack_transposed(Func weight, int outputs, int lanes) {
+    Var in = weight.args()[0], out = weight.args()[1];
+    Var out_inner{out.name() + "_inner"}, in_inner{in.name() + "_inner"};
+    weight.compute_root()
+        .reorder_storage(out, in)
+        .bound_storage(out, padded_row(outputs, lanes))
+        .tile(out, in, out_inner, in_inner, lanes, lanes, TailStrategy::GuardWithIf)
+        .vectorize(out_inner)
+        .unroll(in_inner)
+        .parallel(in);
+}
+
+/** The register tile of the in-place projection: rows x outputs partial-sum vectors. */
+constexpr int dot_rows = 4, dot_outputs = 3;
 
 /**
  * Schedules a Q, K or V projection `stage(out_var, row_var, outer0, outer1) += a(r, row) *
  * w(r, out)` as dot products along r, where both the activations and the caller's nn.Linear
  * weight are contiguous, so the weight is read in place rather than packed. A root wrapper is
- * split into tiles of gemm_rows rows x gemm_outputs outputs, parallel over blocks of rows,
+ * split into tiles of dot_rows rows x dot_outputs outputs, parallel over blocks of rows,
  * outer0 and outer1. Each tile keeps one vector of partial sums per (row, output) in
  * registers across r and finishes each with one horizontal sum; its rows of `a` stay in L1
  * while the outputs pass by. Measured with `attngen run` at model_dim 1024, L=512 (three
@@ -77,8 +103,9 @@ constexpr int gemm_rows = 4, gemm_outputs = 3;
  * with register blocks of outputs (which the output projection, whose reduction runs over
  * (head_dim, heads), still uses: in this form it measured 54.8-58.9 ms).
  */
-void schedule_projection(Func stage, Func weight, int r_extent, const Var &out_var,
-                         const Var &row_var, const Var &outer0, const Var &outer1, int lanes) {
+void schedule_projection_in_place(Func stage, Func weight, int r_extent, const Var &out_var,
+                                  const Var &row_var, const Var &outer0, const Var &outer1,
+                                  int lanes) {
     const int r_lanes = vector_width_dividing(r_extent, lanes);
     Var out_outer{out_var.name() + "_outer"}, out_inner{out_var.name() + "_inner"};
     Var row_outer{row_var.name() + "_outer"}, row_inner{row_var.name() + "_inner"};
@@ -88,8 +115,8 @@ void schedule_projection(Func stage, Func weight, int r_extent, const Var &out_v
     // Rows may be fewer than a tile (decode): guard them rather than shift below row 0.
     Func tiled = stage.in();
     tiled.compute_root()
-        .split(out_var, out_outer, out_inner, gemm_outputs)
-        .split(row_var, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
+        .split(out_var, out_outer, out_inner, dot_outputs)
+        .split(row_var, row_outer, row_inner, dot_rows, TailStrategy::GuardWithIf)
         .reorder(out_inner, row_inner, out_outer, row_outer, outer0, outer1)
         .unroll(out_inner)
         .unroll(row_inner)
@@ -97,12 +124,86 @@ void schedule_projection(Func stage, Func weight, int r_extent, const Var &out_v
         .fuse(task, outer1, task)
         .parallel(task);
     stage.compute_at(tiled, out_outer)
-        .bound_extent(out_var, gemm_outputs)
-        .bound_extent(row_var, gemm_rows)
+        .bound_extent(out_var, dot_outputs)
+        .bound_extent(row_var, dot_rows)
         .unroll(out_var)
         .unroll(row_var);
     vectorize_dot_products(stage, stage.rvars(0)[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
-                           {{out_var, gemm_outputs}, {row_var, gemm_rows}});
+                           {{out_var, dot_outputs}, {row_var, dot_rows}});
+}
+
+/**
+ * Tiles the packed GEMM `stage(out, row, group, b) += a(r..., row) * w(r..., out...)`, whose
+ * weight is packed (pack_transposed), into its root wrapper `tiled`. A task takes
+ * gemm_task_rows rows of one batch and `group_size` values of `group` (an outer part of the
+ * outputs; group_size divides its extent), and walks its panels of `block` outputs, each
+ * over every register tile of gemm_rows rows x `block` outputs: one broadcast of `a` per
+ * row, vectors of `vec` outputs from the panel, which stays in L2 while the task's rows pass
+ * by. `reduction` lists the update's loops, innermost first. Returns the task loop.
+ */
+Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, const Var &group,
+                     int group_size, const Var &b, int vec, int block,
+                     const std::vector<Halide::VarOrRVar> &reduction) {
+    Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
+    Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
+        row_inner{row.name() + "_inner"}, group_task{group.name() + "_task"};
+    Var task{stage.name() + "_task"};
+    // Rows may be fewer than a tile: guard them rather than shift below row 0.
+    tiled.split(row, row_task, row, gemm_task_rows, TailStrategy::GuardWithIf)
+        .split(row, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
+        .split(group, group_task, group, group_size)
+        .split(out, out_outer, out_inner, block)
+        .reorder(out_inner, row_inner, row_outer, out_outer, group, group_task, row_task, b)
+        .vectorize(out_inner, vec)
+        .unroll(out_inner)
+        .unroll(row_inner)
+        .fuse(group_task, row_task, task)
+        .fuse(task, b, task)
+        .parallel(task);
+    stage.compute_at(tiled, row_outer)
+        .bound_extent(out, block)
+        .bound_extent(row, gemm_rows)
+        .vectorize(out, vec)
+        .unroll(out)
+        .unroll(row);
+    std::vector<Halide::VarOrRVar> order{out, row};
+    order.insert(order.end(), reduction.begin(), reduction.end());
+    stage.update().reorder(order).vectorize(out, vec).unroll(out).unroll(row);
+    return task;
+}
+
+/** A block of one or two vectors of `vec` that divides `extent` (vec divides it). */
+int panel_width(int extent, int vec) {
+    return extent % (2 * vec) == 0 ? 2 * vec : vec;
+}
+
+/** The largest divisor of `n` that is at most `limit` (and at least 1). */
+int largest_divisor_at_most(int n, int limit) {
+    for (int divisor = std::max(1, std::min(n, limit)); divisor > 1; divisor--)
+        if (n % divisor == 0)
+            return divisor;
+    return 1;
+}
+
+/**
+ * Schedules a Q, K or V projection `stage(d, row, h, b) += rows(r, row, b) * w(r, h *
+ * head_dim + d)` as a packed GEMM (tile_packed_gemm), for prefill: tasks of whole heads, and
+ * each task copies its rows of activations once, so that the inner loop reads them at fixed
+ * strides with no clamps left in it.
+ */
+void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs, int head_dim,
+                                const Var &d, const Var &row, const Var &h, const Var &b,
+                                int lanes) {
+    pack_transposed(weight, outputs, lanes);
+    const int d_vec = vector_width_dividing(head_dim, lanes);
+    Func tiled = stage.in();
+    tiled.compute_root();
+    const int heads_per_task =
+        largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
+    Var task = tile_packed_gemm(tiled, stage, d, row, h, heads_per_task, b, d_vec,
+                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]});
+    Var feature = rows.args()[0];
+    rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
 
 /**
@@ -225,10 +326,22 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
 
     if (s.spec.projections.any()) {
         const int model_dim = s.spec.resolved_model_dim();
-        const std::pair<Func, Func> projections[] = {
-            {s.q_proj, s.q_weight}, {s.k_proj, s.k_weight}, {s.v_proj, s.v_weight}};
-        for (auto [stage, weight] : projections)
-            schedule_projection(stage, weight, model_dim, d, stage.args()[1], h, b, lanes);
+        const int q_outputs = s.spec.heads * head_dim;
+        const int kv_outputs = s.spec.resolved_kv_heads() * head_dim;
+        const std::tuple<Func, Func, Func, int> projections[] = {
+            {s.q_proj, s.q_weight, s.q_rows, q_outputs},
+            {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
+            {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
+        for (auto [stage, weight, rows, outputs] : projections) {
+            // Decode: a few rows, so the weight is read once either way; packing it would
+            // read and write it once more.
+            if (params.kv_chunk > 0)
+                schedule_projection_in_place(stage, weight, model_dim, d, stage.args()[1], h, b,
+                                             lanes);
+            else
+                schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
+                                           stage.args()[1], h, b, lanes);
+        }
     }
 
     // `core` carries the attention tiles: the output itself, or attn_out at root when an output
@@ -236,31 +349,19 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     Func core = s.spec.projections.out ? s.attn_out : s.output;
     if (s.spec.projections.out) {
         s.attn_out.compute_root();
-        Var c = s.c, c_outer{"c_outer"}, c_inner{"c_inner"}, q_outer{"out_q_outer"},
-            q_inner{"out_q_inner"}, task{"out_proj_task"};
+        // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
+        s.attn_out.reorder_storage(d, h, q, b);
         const int model_dim = s.spec.resolved_model_dim();
         const int c_vec = vector_width_dividing(model_dim, lanes);
-        const int c_block = model_dim % (2 * c_vec) == 0 ? 2 * c_vec : c_vec;
-        s.o_weight.compute_root()
-            .reorder_storage(s.o_weight.args()[1], s.o_weight.args()[0])
-            .bound_storage(s.o_weight.args()[1], padded_row(model_dim, lanes))
-            .vectorize(s.o_weight.args()[1], lanes, TailStrategy::GuardWithIf);
-        s.output.split(c, c_outer, c_inner, c_block)
-            .split(q, q_outer, q_inner, params.query_block, TailStrategy::GuardWithIf)
-            .reorder(c_inner, q_inner, c_outer, q_outer, b)
-            .vectorize(c_inner, c_vec)
-            .fuse(q_outer, b, task)
-            .parallel(task);
-        s.out_proj.compute_at(s.output, c_outer)
-            .bound_extent(q, params.query_block)
-            .vectorize(c, c_vec)
-            .unroll(c)
-            .unroll(q);
-        s.out_proj.update()
-            .reorder(c, q, s.r_concat.x, s.r_concat.y)
-            .vectorize(c, c_vec)
-            .unroll(c)
-            .unroll(q);
+        pack_transposed(s.o_weight, model_dim, lanes);
+        // Tasks of whole panels: a guarded partial panel would still read its whole width.
+        const int c_block = panel_width(model_dim, c_vec);
+        const int c_task =
+            c_block * largest_divisor_at_most(model_dim / c_block, gemm_task_outputs / c_block);
+        Var c = s.c, c_group{"c_group"};
+        s.output.split(c, c_group, c, c_task);
+        tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
+                         {s.r_concat.x, s.r_concat.y});
     } else {
         s.attn_out.compute_inline();
     }
