@@ -63,10 +63,6 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
     }
 }
 
-/** The register tile of the packed GEMMs: gemm_rows rows x one or two vectors of outputs. */
-constexpr int gemm_rows = 6;
-/** Rows per task of the packed GEMMs: their activations are copied once, into L2. */
-constexpr int gemm_task_rows = 48;
 /** Outputs per task of the packed GEMMs (at least one head), so that short inputs still
  * make tasks for every core. */
 constexpr int gemm_task_outputs = 256;
@@ -141,21 +137,23 @@ void schedule_projection_in_place(Func stage, Func weight, int r_extent, const V
 /**
  * Tiles the packed GEMM `stage(out, row, group, b) += a(r..., row) * w(r..., out...)`, whose
  * weight is packed (pack_transposed), into its root wrapper `tiled`. A task takes
- * gemm_task_rows rows of one batch and `group_size` values of `group` (an outer part of the
- * outputs; group_size divides its extent), and walks its panels of `block` outputs, each
- * over every register tile of gemm_rows rows x `block` outputs: one broadcast of `a` per
- * row, vectors of `vec` outputs from the panel, which stays in L2 while the task's rows pass
- * by. `reduction` lists the update's loops, innermost first. Returns the task loop.
+ * params.gemm_task_rows rows of one batch and `group_size` values of `group` (an outer part
+ * of the outputs; group_size divides its extent), and walks its panels of `block` outputs,
+ * each over every register tile of params.gemm_rows rows x `block` outputs: one broadcast of
+ * `a` per row, vectors of `vec` outputs from the panel, which stays in L2 while the task's
+ * rows pass by. `reduction` lists the update's loops, innermost first. Returns the task loop.
  */
 Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, const Var &group,
                      int group_size, const Var &b, int vec, int block,
-                     const std::vector<Halide::VarOrRVar> &reduction) {
+                     const std::vector<Halide::VarOrRVar> &reduction,
+                     const CpuScheduleParams &params) {
+    const int gemm_rows = params.gemm_rows;
     Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
     Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
         row_inner{row.name() + "_inner"}, group_task{group.name() + "_task"};
     Var task{stage.name() + "_task"};
     // Rows may be fewer than a tile: guard them rather than shift below row 0.
-    tiled.split(row, row_task, row, gemm_task_rows, TailStrategy::GuardWithIf)
+    tiled.split(row, row_task, row, params.gemm_task_rows, TailStrategy::GuardWithIf)
         .split(row, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
         .split(group, group_task, group, group_size)
         .split(out, out_outer, out_inner, block)
@@ -198,8 +196,8 @@ int largest_divisor_at_most(int n, int limit) {
  * strides with no clamps left in it.
  */
 void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs, int head_dim,
-                                const Var &d, const Var &row, const Var &h, const Var &b,
-                                int lanes) {
+                                const Var &d, const Var &row, const Var &h, const Var &b, int lanes,
+                                const CpuScheduleParams &params) {
     pack_transposed(weight, outputs, lanes);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Func tiled = stage.in();
@@ -207,7 +205,7 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
     const int heads_per_task =
         largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
     Var task = tile_packed_gemm(tiled, stage, d, row, h, heads_per_task, b, d_vec,
-                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]});
+                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
@@ -346,7 +344,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                                              lanes);
             else
                 schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
-                                           stage.args()[1], h, b, lanes);
+                                           stage.args()[1], h, b, lanes, params);
         }
     }
 
@@ -367,7 +365,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         Var c = s.c, c_group{"c_group"};
         s.output.split(c, c_group, c, c_task);
         tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
-                         {s.r_concat.x, s.r_concat.y});
+                         {s.r_concat.x, s.r_concat.y}, params);
     } else {
         s.attn_out.compute_inline();
     }

@@ -68,6 +68,8 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
                                               {"key_block", &params.key_block, 16},
                                               {"query_block", &params.query_block, 16},
                                               {"d_vectors", &params.d_vectors, 16},
+                                              {"gemm_rows", &params.gemm_rows, 16},
+                                              {"gemm_task_rows", &params.gemm_task_rows, 4096},
                                               {"kv_chunk", &params.kv_chunk, 65536, 0},
                                               {"key_chunk", &params.key_chunk, 65536, 0}});
     const bool kv_named = params.kv_chunk >= 0, key_named = params.key_chunk >= 0;

@@ -30,6 +30,14 @@ struct CpuScheduleParams {
      * the chunks are combined exactly. At most one of kv_chunk and key_chunk is nonzero.
      */
     int key_chunk = 0;
+    /**
+     * The prefill Q/K/V and output projections (packed GEMMs): rows per register tile, whose
+     * accumulators are gemm_rows x one or two vectors of outputs, and rows per parallel task,
+     * whose activations are copied once and whose weight panels stay in L2 while they pass.
+     * Decode projections read their weights in place and use neither.
+     */
+    int gemm_rows = 6;
+    int gemm_task_rows = 48;
 };
 
 /** The CPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
@@ -62,7 +70,8 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_vectors, key_block,
- * query_block, d_vectors, each 1..16; kv_chunk, key_chunk 0..65536). Naming one of the two
+ * query_block, d_vectors, gemm_rows, each 1..16; gemm_task_rows 1..4096; kv_chunk, key_chunk
+ * 0..65536). Naming one of the two
  * chunks nonzero turns the other off; naming both nonzero is an error. Returns an empty string,
  * or what is wrong with `text`.
  */

@@ -84,6 +84,13 @@ expect 1 "run with both chunk forms" "$attngen" run "$spec" --layer alibi --shap
     --schedule-params kv_chunk=16,key_chunk=32
 contains "$work/err.txt" "at most one may be nonzero, got kv_chunk=16 and key_chunk=32" \
     "both chunk forms at once are refused, naming both values"
+expect 0 "run projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
+    --shape 2,23 --runs 1 --schedule-params gemm_rows=3,gemm_task_rows=10
+contains "$work/out.txt" ": ok" "projection GEMM tiles given on the command line match the reference"
+expect 1 "run with a zero GEMM tile" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
+    --schedule-params gemm_rows=0
+contains "$work/err.txt" "schedule parameter gemm_rows must be in 1..16, got '0'" \
+    "a GEMM tile out of range is refused, naming the value"
 expect 1 "run an unknown layer" "$attngen" run "$spec" --layer nope --shape 1,4
 
 # tune: a real search on a tiny space, its log, resume, a damaged line, export, merge, and

@@ -21,6 +21,7 @@
 #include "t_d80_window.h"
 #include "t_mha_cross.h"
 #include "t_mha_decode.h"
+#include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
 #include "t_mha_self.h"
 
@@ -68,6 +69,10 @@ TEST_CASE("cross-attention with projections and key padding matches the referenc
 
 TEST_CASE("q/k/v projections without an output projection match the reference") {
     check_against_reference(t_mha_qkv_layer(), 9003);
+}
+
+TEST_CASE("projection GEMMs with tiles that divide nothing match the reference") {
+    check_against_reference(t_mha_odd_gemm_layer(), 9005);
 }
 
 TEST_CASE("f16 storage with f32 accumulation matches the reference") {

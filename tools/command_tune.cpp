@@ -94,17 +94,25 @@ double parse_duration(const std::string &text) {
 
 /**
  * The CPU schedule's parameters around the target's defaults: the register blocks and flash
- * chunk of the query-tile form (key_chunk 0: whole rows), or, when every shape is a decode
- * shape, the KV chunk of the split-KV form (which uses nothing else).
+ * chunk of the query-tile form (key_chunk 0: whole rows) and, with projections, the tiles of
+ * their GEMMs; or, when every shape is a decode shape, the KV chunk of the split-KV form
+ * (which uses nothing else).
  */
-ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode) {
+ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections) {
     if (decode)
         return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, cpu_default_kv_chunk("decode")}}};
-    return {{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
-             {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
-             {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
-             {"d_vectors", {1, 2, 4}, defaults.d_vectors},
-             {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")}}};
+    ParamSpace space{
+        {{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
+         {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
+         {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
+         {"d_vectors", {1, 2, 4}, defaults.d_vectors},
+         {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")}}};
+    if (projections) {
+        space.axes.push_back({"gemm_rows", {2, 3, 4, 5, 6, 8, 12}, defaults.gemm_rows});
+        space.axes.push_back(
+            {"gemm_task_rows", {24, 36, 48, 72, 96, 144}, defaults.gemm_task_rows});
+    }
+    return space;
 }
 
 std::string format_duration(double seconds) {
@@ -486,7 +494,7 @@ int command_tune(int argc, char **argv) {
     } else {
         space = cpu_space(target.arch == Halide::Target::ARM ? arm_schedule_params(target)
                                                              : x86_schedule_params(target),
-                          decode);
+                          decode, spec.projections.any());
     }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
