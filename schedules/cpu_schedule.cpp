@@ -3,9 +3,9 @@
 // chunk's scores are computed, masked and turned into probabilities while they are in L1,
 // vectorized along queries (K is broadcast from an aligned row-major copy, no transpose); its
 // P·V is register-blocked and vectorized along head_dim; the chunks combine exactly.
-// The Q/K/V projections are register tiles of dot products that read the weights in place;
-// the output projection is a register-tiled GEMM over a packed (transposed) weight. The blocks
-// come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
+// The projections are packed GEMMs (each weight transposed once per call, register tiles that
+// broadcast activations); decode's Q/K/V projections, over a few rows, read the weights in
+// place as dot products instead. The blocks come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
 // the split-KV form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
 
@@ -100,10 +100,9 @@ constexpr int dot_rows = 4, dot_outputs = 3;
  * split into tiles of dot_rows rows x dot_outputs outputs, parallel over blocks of rows,
  * outer0 and outer1. Each tile keeps one vector of partial sums per (row, output) in
  * registers across r and finishes each with one horizontal sum; its rows of `a` stay in L1
- * while the outputs pass by. Measured with `attngen run` at model_dim 1024, L=512 (three
- * alternations): 42.3 / 37.4 / 41.5 ms, against 60.5 / 70.9 / 59.5 ms for a packed weight
- * with register blocks of outputs (which the output projection, whose reduction runs over
- * (head_dim, heads), still uses: in this form it measured 54.8-58.9 ms).
+ * while the outputs pass by. For decode: with a few rows each weight row is read once either
+ * way. With many rows every block of rows streams the whole weight from L3 again (about 80
+ * GFLOP/s at model_dim 1024), which is why prefill uses the packed GEMM.
  */
 void schedule_projection_in_place(Func stage, Func weight, int r_extent, const Var &out_var,
                                   const Var &row_var, const Var &outer0, const Var &outer1,
