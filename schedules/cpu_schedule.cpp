@@ -5,8 +5,9 @@
 // P·V is register-blocked and vectorized along head_dim; the chunks combine exactly.
 // The projections are packed GEMMs (each weight transposed once per call, register tiles that
 // broadcast activations); decode's Q/K/V projections, over a few rows, read the weights in
-// place as dot products instead. The blocks come from the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use
-// the split-KV form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
+// place as dot products instead. The blocks come from the target family's file (x86_schedule.cpp,
+// arm_schedule.cpp). Decode shapes use the split-KV form instead (schedule_split_kv): tasks over
+// chunks of keys, not query tiles.
 #include "schedule.h"
 
 #include <algorithm>
