@@ -74,9 +74,8 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_vectors, key_block,
  * query_block, d_vectors, gemm_rows, each 1..16; gemm_task_rows 1..4096; kv_chunk, key_chunk
- * 0..65536). Naming one of the two
- * chunks nonzero turns the other off; naming both nonzero is an error. Returns an empty string,
- * or what is wrong with `text`.
+ * 0..65536). Naming one of the two chunks nonzero turns the other off; naming both nonzero is
+ * an error. Returns an empty string, or what is wrong with `text`.
  */
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
 
