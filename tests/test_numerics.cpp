@@ -20,6 +20,7 @@
 #include "t_d80_flash_window.h"
 #include "t_d80_window.h"
 #include "t_mha_cross.h"
+#include "t_mha_cross_decode.h"
 #include "t_mha_decode.h"
 #include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
@@ -113,6 +114,10 @@ TEST_CASE("the split-KV decode form with a window, an additive mask and f16 matc
 
 TEST_CASE("the split-KV decode form with projections matches the reference") {
     check_against_reference(t_mha_decode_layer(), 9004);
+}
+
+TEST_CASE("cross-attention decode with projections over a long context matches the reference") {
+    check_against_reference(t_mha_cross_decode_layer(), 9006, decode_shapes());
 }
 
 TEST_CASE("a query row whose every key is masked gives zeros, not NaN") {
