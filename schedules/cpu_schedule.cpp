@@ -4,10 +4,10 @@
 // vectorized along queries (K is broadcast from an aligned row-major copy, no transpose); its
 // P·V is register-blocked and vectorized along head_dim; the chunks combine exactly.
 // The projections are packed GEMMs (each weight transposed once per call, register tiles that
-// broadcast activations); in decode, the projections over a few rows (Q, and K and V in
-// self-attention) read the weights in place as dot products instead. The blocks come from the
-// target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use the split-KV form
-// instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
+// broadcast activations); in decode, the projections over a few rows (Q and the output, and K
+// and V in self-attention) read the weights in place as dot products instead. The blocks come from
+// the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use the split-KV
+// form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
 
 #include <algorithm>
@@ -39,10 +39,12 @@ int padded_row(int rows, int lanes) {
  * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
  * `at` for a block of outputs (the `block` vars, each bounded to its extent and unrolled, so
  * that they share each load along r), and one horizontal sum per output finishes them.
+ * `outer_r` lists the update's other reduction loops, which run outside r.
  */
 void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
                             const Halide::LoopLevel &at,
-                            const std::vector<std::pair<Var, int>> &block) {
+                            const std::vector<std::pair<Var, int>> &block,
+                            const std::vector<Halide::RVar> &outer_r = {}) {
     Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
     Var lane{stage.name() + "_lane"};
     stage.update().split(r, r_outer, r_lane, lanes);
@@ -54,6 +56,7 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
         order.emplace_back(var);
     }
     order.emplace_back(r_outer);
+    order.insert(order.end(), outer_r.begin(), outer_r.end());
     partial.compute_at(at).reorder_storage(storage).vectorize(lane);
     partial.update().reorder(order).vectorize(lane);
     stage.update().atomic().vectorize(r_lane);
@@ -95,43 +98,56 @@ void pack_transposed(Func weight, int outputs, int lanes) {
 constexpr int dot_rows = 4, dot_outputs = 3;
 
 /**
- * Schedules a Q, K or V projection `stage(out_var, row_var, outer0, outer1) += a(r, row) *
- * w(r, out)` as dot products along r, where both the activations and the caller's nn.Linear
- * weight are contiguous, so the weight is read in place rather than packed. A root wrapper is
- * split into tiles of dot_rows rows x dot_outputs outputs, parallel over blocks of rows,
- * outer0 and outer1. Each tile keeps one vector of partial sums per (row, output) in
- * registers across r and finishes each with one horizontal sum; its rows of `a` stay in L1
- * while the outputs pass by. For decode: with a few rows each weight row is read once either
- * way. With many rows every block of rows streams the whole weight from L3 again (about 80
- * GFLOP/s at model_dim 1024), which is why prefill uses the packed GEMM.
+ * Schedules a projection `stage(out_var, row_var, ...) += a(r, ..., row) * w(r, ..., out)` as
+ * dot products along r = stage.rvars(0)[0] (any further reduction loops run outside it), where
+ * both the activations and the caller's nn.Linear weight are contiguous along r, so the weight
+ * is read in place rather than packed. `tiled`, the stage's root wrapper or consumer, is split
+ * into tiles of dot_rows rows x dot_outputs outputs, in parallel tasks over blocks of rows and
+ * the `outer` vars, and over blocks of `out_tiles_per_task` output tiles where that is nonzero.
+ * Each tile keeps one vector of partial sums per (row, output) in registers across r and
+ * finishes each with one horizontal sum; its rows of `a` stay in L1 while the outputs pass by.
+ * For decode: with a few rows each weight row is read once either way. With many rows every
+ * block of rows streams the whole weight from L3 again (about 80 GFLOP/s at model_dim 1024),
+ * which is why prefill uses the packed GEMM.
  */
-void schedule_projection_in_place(Func stage, Func weight, int r_extent, const Var &out_var,
-                                  const Var &row_var, const Var &outer0, const Var &outer1,
+void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_extent,
+                                  const Var &out_var, int out_extent, const Var &row_var,
+                                  const std::vector<Var> &outer, int out_tiles_per_task,
                                   int lanes) {
     const int r_lanes = vector_width_dividing(r_extent, lanes);
+    const int tile_outputs = std::min(dot_outputs, out_extent);
     Var out_outer{out_var.name() + "_outer"}, out_inner{out_var.name() + "_inner"};
     Var row_outer{row_var.name() + "_outer"}, row_inner{row_var.name() + "_inner"};
-    Var task{stage.name() + "_task"};
+    Var out_task{out_var.name() + "_task"}, task{stage.name() + "_task"};
     weight.compute_inline();
 
-    // Rows may be fewer than a tile (decode): guard them rather than shift below row 0.
-    Func tiled = stage.in();
-    tiled.compute_root()
-        .split(out_var, out_outer, out_inner, dot_outputs)
+    // Rows may be fewer than a tile (decode): guard them rather than shift below row 0. The
+    // output tiles shift inwards instead: a guarded tile would still read its whole width.
+    tiled.split(out_var, out_outer, out_inner, tile_outputs)
         .split(row_var, row_outer, row_inner, dot_rows, TailStrategy::GuardWithIf)
-        .reorder(out_inner, row_inner, out_outer, row_outer, outer0, outer1)
+        .reorder(out_inner, row_inner, out_outer, row_outer)
         .unroll(out_inner)
-        .unroll(row_inner)
-        .fuse(row_outer, outer0, task)
-        .fuse(task, outer1, task)
-        .parallel(task);
+        .unroll(row_inner);
+    std::vector<Var> tasks{row_outer};
+    if (out_tiles_per_task > 0) {
+        tiled.split(out_outer, out_task, out_outer, out_tiles_per_task, TailStrategy::GuardWithIf)
+            .reorder(out_outer, row_outer, out_task);
+        tasks.push_back(out_task);
+    }
+    tasks.insert(tasks.end(), outer.begin(), outer.end());
+    tiled.fuse(tasks[0], tasks[1], task);
+    for (size_t i = 2; i < tasks.size(); i++)
+        tiled.fuse(task, tasks[i], task);
+    tiled.parallel(task);
     stage.compute_at(tiled, out_outer)
-        .bound_extent(out_var, dot_outputs)
+        .bound_extent(out_var, tile_outputs)
         .bound_extent(row_var, dot_rows)
         .unroll(out_var)
         .unroll(row_var);
-    vectorize_dot_products(stage, stage.rvars(0)[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
-                           {{out_var, dot_outputs}, {row_var, dot_rows}});
+    const std::vector<Halide::RVar> rvars = stage.rvars(0);
+    vectorize_dot_products(stage, rvars[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
+                           {{out_var, tile_outputs}, {row_var, dot_rows}},
+                           {rvars.begin() + 1, rvars.end()});
 }
 
 /**
@@ -343,10 +359,12 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             // the whole weight again: at model_dim 1024, Lq 4, Lk 4096 the layer took 180-194
             // ms with K and V in place, 124-134 ms packed.
             const bool few_rows = stage.name() == s.q_proj.name() || !s.spec.cross_attention;
-            if (params.kv_chunk > 0 && few_rows)
-                schedule_projection_in_place(stage, weight, model_dim, d, stage.args()[1], h, b,
-                                             lanes);
-            else
+            if (params.kv_chunk > 0 && few_rows) {
+                Func tiled = stage.in();
+                tiled.compute_root();
+                schedule_projection_in_place(tiled, stage, weight, model_dim, d, head_dim,
+                                             stage.args()[1], {h, b}, 0, lanes);
+            } else
                 schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
                                            stage.args()[1], h, b, lanes, params);
         }
@@ -360,16 +378,23 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
         s.attn_out.reorder_storage(d, h, q, b);
         const int model_dim = s.spec.resolved_model_dim();
-        const int c_vec = vector_width_dividing(model_dim, lanes);
-        pack_transposed(s.o_weight, model_dim, lanes);
-        // Tasks of whole panels: a guarded partial panel would still read its whole width.
-        const int c_block = panel_width(model_dim, c_vec);
-        const int c_task =
-            c_block * largest_divisor_at_most(model_dim / c_block, gemm_task_outputs / c_block);
-        Var c = s.c, c_group{"c_group"};
-        s.output.split(c, c_group, c, c_task);
-        tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
-                         {s.r_concat.x, s.r_concat.y}, params);
+        if (params.kv_chunk > 0) {
+            // Decode: a few rows, so the weight is read once in place rather than three times
+            // (read, written and read packed); tasks of 8 output tiles give the cores work.
+            schedule_projection_in_place(s.output, s.out_proj, s.o_weight, head_dim, s.c, model_dim,
+                                         q, {b}, 8, lanes);
+        } else {
+            const int c_vec = vector_width_dividing(model_dim, lanes);
+            pack_transposed(s.o_weight, model_dim, lanes);
+            // Tasks of whole panels: a guarded partial panel would still read its whole width.
+            const int c_block = panel_width(model_dim, c_vec);
+            const int c_task =
+                c_block * largest_divisor_at_most(model_dim / c_block, gemm_task_outputs / c_block);
+            Var c = s.c, c_group{"c_group"};
+            s.output.split(c, c_group, c, c_task);
+            tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
+                             {s.r_concat.x, s.r_concat.y}, params);
+        }
     } else {
         s.attn_out.compute_inline();
     }
