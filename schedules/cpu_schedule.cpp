@@ -228,74 +228,62 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
 
 /**
  * The split-KV form (stages.kv_chunk > 0), for decode shapes where a query tile would be
- * mostly empty. The two passes that read K and V run in parallel tasks of (chunk, kv head,
- * batch), so a single query still spreads over all cores; each task serves every query and
- * every query head of its kv head's group, so a K or V chunk is read from memory once. Scores
- * are dot products vectorized along head_dim whose K loads the group's heads share; P·V reads
- * each V row once, whole, into the group's accumulators in L1. The stages between them
- * (part_max, probs, part_sum) and the exact combine are small: Lk x H per query.
+ * mostly empty. One parallel task per (chunk, kv head, batch) computes the chunk's partials for
+ * every query and every query head of the kv head's group: scores, statistics, probabilities
+ * and P·V, so a single query still spreads over all cores, a K or V chunk is read from memory
+ * once, and the scratch is one chunk's (chunk x group x Lq floats per stage), not the call's.
+ * Scores are dot products vectorized along head_dim whose K loads the group's heads share;
+ * P·V reads each V row once, whole, into the group's accumulators in L1. The exact combine
+ * reads the partials afterwards.
  */
 void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &target) {
     const int lanes = target.natural_vector_size<float>();
     const int head_dim = s.spec.resolved_head_dim();
     const int group = s.spec.group_size();
-    const int chunk = s.kv_chunk;
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
-    Var kv{"kv"}, g{"g"}, k_outer{"k_outer"}, k_inner{"k_inner"};
+    Var kv{"kv"}, g{"g"}, task{"chunk_task"};
+
+    s.partials.compute_root()
+        .split(h, kv, g, group)
+        .reorder(d, g, q, j, kv, b)
+        .vectorize(d, d_vec)
+        .fuse(j, kv, task)
+        .fuse(task, b, task)
+        .parallel(task);
+    const Halide::LoopLevel at(s.partials, task);
 
     // Scores: per key, the group's dot products accumulate vectors of head_dim that share each
-    // load of K; one horizontal sum per (key, head) finishes them.
-    Var score_task{"score_task"};
-    Func score_tiles = s.scores.in();
-    score_tiles.compute_root()
-        .split(h, kv, g, group)
-        .split(k, k_outer, k_inner, chunk, TailStrategy::GuardWithIf)
-        .reorder(k_inner, g, q, k_outer, kv, b)
-        .fuse(k_outer, kv, score_task)
-        .fuse(score_task, b, score_task)
-        .parallel(score_task)
-        .vectorize(k_inner, lanes, TailStrategy::GuardWithIf);
-    s.scores.compute_at(score_tiles, score_task)
+    // load of K; one horizontal sum per (key, head) finishes them. Stored heads innermost, so
+    // that the statistics and probabilities are vectorized across heads.
+    s.scores.compute_at(at)
         .bound_extent(h, group)
-        .bound_extent(k, chunk)
+        .reorder_storage(h, k, q, b)
         .reorder(h, k, q);
     vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
                            {{h, group}});
     s.scores.update().reorder(h, k, q, b);
     // The group's scaled queries, once per task rather than once per key.
-    s.q_heads.compute_at(score_tiles, score_task).bound_extent(h, group).vectorize(d, d_vec);
+    s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     s.masked.compute_inline();
 
-    // The chunk statistics and probabilities, Lk x H per query: stored heads innermost and
-    // vectorized across heads, so the reductions over keys need no horizontal steps.
-    const int h_vec = vector_width_dividing(s.spec.heads, lanes);
-    score_tiles.reorder_storage(h, k, q, b);
+    // The chunk's statistics and probabilities, vectorized across the group's heads, so the
+    // reductions over keys need no horizontal steps.
+    const int h_vec = vector_width_dividing(group, lanes);
     for (Func stage : {s.part_max, s.part_sum}) {
-        stage.compute_root().reorder_storage(h, j, q, b).vectorize(h, h_vec);
-        stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec).parallel(j);
+        stage.compute_at(at).bound_extent(h, group).reorder_storage(h, j, q, b).vectorize(h, h_vec);
+        stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec);
     }
-    s.probs.compute_root()
+    s.probs.compute_at(at)
+        .bound_extent(h, group)
         .reorder_storage(h, k, q, b)
         .reorder(h, k, q, b)
-        .vectorize(h, h_vec)
-        .split(k, k_outer, k_inner, chunk, TailStrategy::GuardWithIf)
-        .parallel(k_outer);
+        .vectorize(h, h_vec);
 
-    // P·V, in tasks of (chunk, kv head, batch): the group's partial outputs.
-    Var part_task{"part_task"};
-    Func parts = s.part_out.in();
-    parts.compute_root()
-        .split(h, kv, g, group)
-        .reorder(d, g, q, j, kv, b)
-        .vectorize(d, d_vec)
-        .fuse(j, kv, part_task)
-        .fuse(part_task, b, part_task)
-        .parallel(part_task);
-    s.part_out.compute_at(parts, part_task).bound_extent(h, group).vectorize(d, d_vec);
-    // Each V row is read once, whole: the group's accumulators for it stay in L1. Blocks of
-    // head_dim held in registers instead read V in strided passes, measured 1.4x slower at
+    // P·V: each V row is read once, whole: the group's accumulators for it stay in L1. Blocks
+    // of head_dim held in registers instead read V in strided passes, measured 1.4x slower at
     // H=32 Hkv=8 D=128 Lk=32768.
+    s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     s.part_out.update().reorder(d, h, s.r_keys.x, q, j, b).vectorize(d, d_vec).unroll(d).unroll(h);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
