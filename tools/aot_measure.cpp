@@ -1,6 +1,7 @@
 // Ahead-of-time candidates: generate, link with the harness, run through the runner.
 #include "aot_measure.h"
 #include "cli.h"
+#include "targets.h"
 
 #include "dsl/layer_interface.h"
 #include "schedules/tuned_params.h"
@@ -57,7 +58,7 @@ std::string tail(const std::string &text, size_t limit = 400) {
 
 AotSetup default_aot_setup(const std::string &target) {
     AotSetup setup;
-    const Halide::Target wanted(target), host = Halide::get_host_target();
+    const Halide::Target wanted(target), host = host_target();
     setup.cc = "cc";
     if (wanted.arch == Halide::Target::ARM && wanted.bits == 64 &&
         host.arch != Halide::Target::ARM) {

@@ -3,6 +3,7 @@
 // and prints the time.
 #include "cli.h"
 #include "layer_problem.h"
+#include "targets.h"
 
 #include "dsl/attention_algorithm.h"
 #include "dsl/layer_interface.h"
@@ -95,7 +96,7 @@ int command_run(int argc, char **argv) {
         setenv("HL_NUM_THREADS", std::to_string(*threads).c_str(), 1);
 
     // The pipeline, from the same description and algorithm the generator uses.
-    const Halide::Target target = Halide::get_jit_target_from_environment();
+    const Halide::Target target = jit_target();
     LayerProblem problem =
         make_layer_problem(spec, shape, scalar_values, static_cast<uint32_t>(*seed_value));
 

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "jit_measure.h"
 #include "layer_problem.h"
+#include "targets.h"
 #include "tuner.h"
 #include "tuning_log.h"
 
@@ -450,7 +451,7 @@ int command_tune(int argc, char **argv) {
     // Targets this machine can run are JIT-compiled in a child process per candidate; others
     // (and any with --aot) are generated ahead of time and run by the runner command.
     const std::string target_name = args.value("target", "host");
-    const Halide::Target host = Halide::get_jit_target_from_environment();
+    const Halide::Target host = jit_target();
     Halide::Target target = host.without_feature(Halide::Target::JIT);
     if (target_name != "host") {
         if (!Halide::Target::validate_target_string(target_name))

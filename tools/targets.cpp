@@ -1,9 +1,51 @@
 // Target families and their expansion (see targets.h).
 #include "targets.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "Halide.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace attngen {
+
+namespace {
+
+/** Whether the CPU has what LLVM's sapphirerapids code may use: AVX512-FP16 and AVX-VNNI. */
+bool cpu_has_sapphire_rapids_features() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx))
+        return false;
+    const bool avx512_fp16 = (edx >> 23) & 1u;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx))
+        return false;
+    const bool avx_vnni = (eax >> 4) & 1u;
+    return avx512_fp16 && avx_vnni;
+#else
+    return false;
+#endif
+}
+
+} // namespace
+
+Halide::Target host_target() {
+    Halide::Target host = Halide::get_host_target();
+    if (host.has_feature(Halide::Target::AVX512_SapphireRapids) &&
+        !cpu_has_sapphire_rapids_features())
+        host = host.without_feature(Halide::Target::AVX512_SapphireRapids);
+    return host;
+}
+
+Halide::Target jit_target() {
+    const char *named = std::getenv("HL_JIT_TARGET");
+    if (named != nullptr && *named != '\0' && std::strncmp(named, "host", 4) != 0)
+        return Halide::get_jit_target_from_environment();
+    return host_target().with_feature(Halide::Target::JIT);
+}
 
 std::vector<TargetFamily> target_families() {
     return {
@@ -18,8 +60,9 @@ std::vector<TargetFamily> target_families() {
          "NVIDIA GPUs through CUDA (PTX for compute capability 8.6 and 8.0, which newer GPUs "
          "also run); add --target x86-64-linux for a CPU fallback in the same library",
          {"x86-64-linux-cuda-cuda_capability_86", "x86-64-linux-cuda-cuda_capability_80"}},
-        {"host", "the machine running attngen: " + Halide::get_host_target().to_string(),
-         {Halide::get_host_target().to_string()}},
+        {"host",
+         "the machine running attngen: " + host_target().to_string(),
+         {host_target().to_string()}},
     };
 }
 
