@@ -9,11 +9,11 @@
 namespace attngen_bench {
 
 struct FmaPeak {
-    double gflops = 0; ///< best of three trials
+    double gflops = 0; ///< best of nine trials
     std::string kind;  ///< "avx512", "avx2" or "scalar"
 };
 
-/** The f32 FMA throughput with `threads` threads: independent FMA chains, best of 3 trials. */
+/** The f32 FMA throughput with `threads` threads: independent FMA chains, best of 9 trials. */
 FmaPeak measure_fma_peak(int threads);
 
 /** Streams a 256 MiB buffer with `threads` threads: one pass gives the read bandwidth. */
