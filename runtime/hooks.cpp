@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 
 namespace attngen {
 
@@ -150,6 +151,13 @@ const char *cpu_variant_name(CpuVariant variant) {
 }
 
 Status force_cpu_variant(CpuVariant variant) {
+    const int value = static_cast<int>(variant);
+    if (value < static_cast<int>(CpuVariant::automatic) ||
+        value > static_cast<int>(CpuVariant::arm_fp16))
+        return Status::error("attngen: force_cpu_variant was given CpuVariant value " +
+                             std::to_string(value) +
+                             "; expected one of automatic, avx512, avx2, baseline, arm_fp16 (0.." +
+                             std::to_string(static_cast<int>(CpuVariant::arm_fp16)) + ")");
     if (!cpu_supports(variant))
         return Status::error(std::string("attngen: cannot force CPU variant ") +
                              cpu_variant_name(variant) + ": this CPU does not support it");

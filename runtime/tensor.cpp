@@ -52,10 +52,12 @@ void set_layout(Layout &layout, DType dtype, std::initializer_list<int64_t> shap
         std::copy_n(strides.begin(), n, layout.strides);
         return;
     }
+    // Saturates where the product would overflow: validation then reports the shape.
     int64_t stride = 1;
     for (int i = n - 1; i >= 0; i--) {
         layout.strides[i] = stride;
-        stride *= layout.shape[i];
+        if (__builtin_mul_overflow(stride, layout.shape[i], &stride))
+            stride = INT64_MAX;
     }
 }
 

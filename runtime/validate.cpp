@@ -4,10 +4,12 @@
 #include "internal.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
-#include <initializer_list>
 #include <cstdint>
+#include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -147,6 +149,13 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
     return Status();
 }
 
+/** A scalar's value as people write numbers (1e+300, 2.5), not 300 digits of to_string. */
+std::string number_text(double value) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.9g", value);
+    return text;
+}
+
 /** The declared scalars: given by name, finite, and integral for i32 ones. */
 Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
     for (const auto &entry : args.scalars) {
@@ -156,12 +165,15 @@ Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
                                  info.name + "' declares no scalar of that name");
         const double value = entry.second;
         if (!std::isfinite(value))
-            return Status::error("attngen: scalar `" + entry.first + "` is " +
-                                 std::to_string(value) + "; it must be finite");
+            return Status::error("attngen: scalar `" + entry.first + "` is " + number_text(value) +
+                                 "; it must be finite");
+        if (extra->dtype != DType::i32 && std::abs(value) > FLT_MAX)
+            return Status::error("attngen: scalar `" + entry.first + "` is " + number_text(value) +
+                                 "; an f32 scalar must be within +-3.4e38 (FLT_MAX)");
         if (extra->dtype == DType::i32 &&
             (value != std::floor(value) || value < INT32_MIN || value > INT32_MAX))
-            return Status::error("attngen: scalar `" + entry.first + "` is " +
-                                 std::to_string(value) + " but must be an i32 integer");
+            return Status::error("attngen: scalar `" + entry.first + "` is " + number_text(value) +
+                                 " but must be an i32 integer");
     }
     for (int i = 0; i < info.extra_count; i++) {
         if (!info.extras[i].is_scalar)

@@ -165,5 +165,9 @@ TEST_CASE("declared tensors and scalars are checked by name and shape") {
     infinite.set_scalar("cap", INFINITY);
     CHECK(attngen::run(capped, infinite).message() ==
           "attngen: scalar `cap` is inf; it must be finite");
+    attngen::Arguments huge = softcap.arguments(softcap_out.data());
+    huge.set_scalar("cap", 1e300); // no float holds it
+    CHECK(attngen::run(capped, huge).message() ==
+          "attngen: scalar `cap` is 1e+300; an f32 scalar must be within +-3.4e38 (FLT_MAX)");
     CHECK(out.values() == before);
 }

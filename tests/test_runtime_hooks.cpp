@@ -68,6 +68,14 @@ TEST_CASE("each variant of a multi-target library runs and matches the reference
     }
 }
 
+TEST_CASE("forcing a CPU variant that is not one is refused by value") {
+    AutomaticDispatchOnExit restore;
+    const attngen::Status status = attngen::force_cpu_variant(static_cast<attngen::CpuVariant>(7));
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.message() == "attngen: force_cpu_variant was given CpuVariant value 7; expected "
+                              "one of automatic, avx512, avx2, baseline, arm_fp16 (0..4)");
+}
+
 TEST_CASE("a layer with no variant the CPU may run is refused with its targets") {
     AutomaticDispatchOnExit restore;
     const attngen::Layer &full = t_d64_all_masks_layer();

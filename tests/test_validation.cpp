@@ -133,6 +133,17 @@ TEST_CASE("strides are checked") {
                    "attngen: `query` was given different numbers of sizes and strides");
 }
 
+TEST_CASE("a shape whose row-major strides overflow 64 bits is refused, not wrapped") {
+    std::vector<float> data(16, 0.5f);
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.query = attngen::view(data.data(), {65536, 65536, 65536, 65536});
+        },
+        "attngen: `query` has stride 281474976710656 in dimension 0; strides must be "
+        "in 0..2147483647");
+}
+
 TEST_CASE("a tensor too large for 32-bit addressing is refused") {
     expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.attn_bias.strides[0] = 1 << 30; },
                    "attngen: `attn_bias` spans 4294967776 bytes; a generated layer addresses at "
