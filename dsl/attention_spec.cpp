@@ -60,6 +60,29 @@ std::optional<bool> parse_bool(const std::string &text) {
     return std::nullopt;
 }
 
+/** Why the generated header cannot use `name` for a function, or "". */
+std::string why_reserved_layer_name(const std::string &name) {
+    // The keywords of C and C++, between spaces.
+    static const std::string keywords =
+        " alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t "
+        "char16_t char32_t class compl concept const consteval constexpr constinit const_cast "
+        "continue co_await co_return co_yield decltype default delete do double dynamic_cast "
+        "else enum explicit export extern false float for friend goto if inline int long "
+        "mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected "
+        "public register reinterpret_cast requires restrict return short signed sizeof static "
+        "static_assert static_cast struct switch template this thread_local throw true try "
+        "typedef typeid typename union unsigned using virtual void volatile wchar_t while xor "
+        "xor_eq _Bool _Complex _Imaginary ";
+    if (keywords.find(" " + name + " ") != std::string::npos)
+        return "a C or C++ keyword";
+    if (name == "attngen" || name == "main")
+        return name == "main" ? "the program's entry point" : "the runtime's namespace";
+    if (name.rfind("__", 0) == 0 ||
+        (name.size() > 1 && name[0] == '_' && std::isupper(static_cast<unsigned char>(name[1]))))
+        return "reserved to the C++ implementation (it starts with '__' or '_' and a capital)";
+    return "";
+}
+
 } // namespace
 
 int AttentionSpec::resolved_head_dim() const {
@@ -91,6 +114,9 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
             fail("name", "may contain only letters, digits and '_', got '" + spec.name + "'");
             break;
         }
+    if (std::string reserved = why_reserved_layer_name(spec.name); !reserved.empty())
+        fail("name", "'" + spec.name + "' is " + reserved +
+                         "; a layer's name becomes the C++ function of its entry point");
     if (spec.heads < 1 || spec.heads > 4096)
         fail("heads", "must be in 1..4096, got " + std::to_string(spec.heads));
     if (spec.kv_heads < 0 || spec.kv_heads > 4096)

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <unordered_map>
 
@@ -391,10 +392,21 @@ void check_declarations(const AttentionSpec &spec, std::vector<LayerExprError> &
         if (tensor.dims.empty() || tensor.dims.size() > 4)
             fail("has " + plural(tensor.dims.size(), "dimension", "dimensions") +
                  "; a tensor has 1 to 4");
+        double fixed_bytes = 4; // f32 or i32 elements
         for (size_t d = 0; d < tensor.dims.size(); ++d)
             if (tensor.dims[d].symbol == TensorDim::Symbol::fixed && tensor.dims[d].extent < 1)
                 fail("has extent " + std::to_string(tensor.dims[d].extent) + " in dimension " +
                      std::to_string(d + 1) + "; a fixed extent is at least 1");
+            else if (tensor.dims[d].symbol == TensorDim::Symbol::fixed)
+                fixed_bytes *= tensor.dims[d].extent;
+        // An entry point accepts tensors of at most 2^31 - 1 bytes (runtime validation).
+        if (fixed_bytes > INT32_MAX) {
+            char elements[32];
+            std::snprintf(elements, sizeof(elements), "%.4g", fixed_bytes / 4);
+            fail(std::string("has ") + elements +
+                 " elements of 4 bytes in its fixed extents; a tensor holds at most 2^31 - 1 "
+                 "bytes");
+        }
     }
     for (size_t i = 0; i < spec.scalars.size(); ++i)
         declaration("scalar " + spec.scalars[i].name, i, spec.scalars[i].name);

@@ -67,6 +67,9 @@ expect 1 "compile an unknown layer" "$attngen" compile "$spec" --target x86-64-l
     --layers nope -o "$work/lib2"
 expect 1 "compile for an unknown target" "$attngen" compile "$spec" --target vax -o "$work/lib3"
 expect 1 "compile without -o" "$attngen" compile "$spec" --target x86-64-linux
+expect 1 "compile naming a layer twice" "$attngen" compile "$spec" --target x86-64-linux \
+    --layers alibi,alibi -o "$work/lib4"
+contains "$work/err.txt" "--layers names 'alibi' more than once" "compile names the repeated layer"
 
 expect 0 "run softcap" "$attngen" run "$spec" --layer softcap --shape 2,19,23 --scalar cap=0.8 --runs 2
 contains "$work/out.txt" ": ok" "run checks against the reference"
@@ -92,6 +95,26 @@ expect 1 "run with a zero GEMM tile" "$attngen" run "$spec" --layer mha_alibi --
 contains "$work/err.txt" "schedule parameter gemm_rows must be in 1..16, got '0'" \
     "a GEMM tile out of range is refused, naming the value"
 expect 1 "run an unknown layer" "$attngen" run "$spec" --layer nope --shape 1,4
+expect 1 "run at a shape whose tensors exceed 2 GiB" "$attngen" run "$spec" --layer alibi \
+    --shape 4096,1048576
+contains "$work/err.txt" "a tensor holds at most 2^31 - 1 bytes" "run names the tensor too large"
+expect 1 "run with an f32 scalar no float holds" "$attngen" run "$spec" --layer softcap \
+    --shape 1,4 --scalar cap=1e39
+contains "$work/err.txt" "cap is an f32 scalar" "run names the scalar out of range"
+printf 'attention counted {\n  heads = 2; head_dim = 16\n  scalar n: i32\n  mask = (k < n)\n}\n' \
+    > "$work/counted.attn"
+expect 1 "run with a fractional i32 scalar" "$attngen" run "$work/counted.attn" \
+    --layer counted --shape 1,4 --scalar n=2.5
+contains "$work/err.txt" "n is an i32 scalar" "run names the i32 scalar"
+expect 0 "run with an integral i32 scalar" "$attngen" run "$work/counted.attn" \
+    --layer counted --shape 1,4 --scalar n=3 --runs 1
+printf 'attention int { heads = 2; head_dim = 16 }\n' > "$work/keyword.attn"
+expect 1 "check a layer named by a C++ keyword" "$attngen" check "$work/keyword.attn"
+contains "$work/err.txt" "a C or C++ keyword" "check says why the name is refused"
+printf 'attention big {\n  heads = 2; head_dim = 16\n  tensor t[65536, 65536, 65536]\n  score_mod = score + t[0, 0, k]\n}\n' \
+    > "$work/big.attn"
+expect 1 "check a tensor over 2 GiB" "$attngen" check "$work/big.attn"
+contains "$work/err.txt" "a tensor holds at most 2^31 - 1 bytes" "check names the tensor too large"
 
 # tune: a real search on a tiny space, its log, resume, a damaged line, export, merge, and
 # generation from the exported table.
@@ -122,10 +145,11 @@ contains "$work/out.txt" "no tuned record for" "generation says when there is no
 expect 0 "tune merge" "$attngen" tune merge "$log" "$log" -o "$work/merged.jsonl"
 contains "$work/out.txt" "records from 2 logs" "merge joins logs without duplicates"
 # Targets tuned ahead of time: AArch64 candidates linked with the harness by the cross
-# compiler and run under qemu-aarch64; the GPU schedule on OpenCL (PoCL), its own space.
+# compiler and run under qemu-aarch64 (in a work folder whose name has a space and a quote,
+# which the commands must quote); the GPU schedule on OpenCL (PoCL), its own space.
 expect 0 "tune arm-64-linux under qemu" "$attngen" tune "$spec" --layer alibi --shapes 1,40 \
     --target arm-64-linux --trials 2 --runs 5 --space "$space" --log "$work/arm.jsonl" \
-    --work "$work/arm-work" --plot "$work/arm.svg"
+    --work "$work/arm work's" --plot "$work/arm.svg"
 contains "$work/out.txt" "runner 'qemu-aarch64" "AArch64 candidates run under qemu"
 contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "AArch64 candidates check out"
 if [ -e /etc/OpenCL/vendors/pocl.icd ]; then

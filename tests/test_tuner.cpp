@@ -281,6 +281,43 @@ TEST_CASE("a corrupted or truncated log line is reported and skipped") {
     std::remove(log.c_str());
 }
 
+TEST_CASE("log fields out of range or naming a path are reported and skipped") {
+    const std::string log = temp_path("tune_fields.jsonl");
+    TrialRecord good = task_identity();
+    good.params = {{"a", 1}};
+    good.status = "ok";
+    good.times_ms = {2};
+    good.median_ms = 2;
+    const nlohmann::json base = to_json(good);
+    auto changed = [&](const char *field, const nlohmann::json &value) {
+        nlohmann::json line = base;
+        line[field] = value;
+        return line.dump();
+    };
+    {
+        std::ofstream out(log);
+        out << changed("target_class", "../../escaped") << '\n' // export would write outside -o
+            << changed("shape", {1, 1e300, 1}) << '\n'          // a real, not an integer
+            << changed("shape", {1, 4294967297LL, 1}) << '\n'   // would wrap to 1 as an int
+            << changed("params", {{"a", 2.5}}) << '\n'
+            << changed("seed", -1) << '\n'
+            << base.dump() << '\n';
+    }
+    LogContents contents = read_log(log);
+    for (const std::string &w : contents.warnings)
+        std::printf("%s\n", w.c_str());
+    CHECK(contents.records.size() == 1);
+    REQUIRE(contents.warnings.size() == 5);
+    CHECK(contents.warnings[0].find(":1: \"target_class\" is '../../escaped'") !=
+          std::string::npos);
+    CHECK(contents.warnings[1].find(":2: shape[1] is not an integer") != std::string::npos);
+    CHECK(contents.warnings[2].find(":3: shape[1] is 1048577, not in 1..1048576") !=
+          std::string::npos);
+    CHECK(contents.warnings[3].find(":4: params.a is not an integer") != std::string::npos);
+    CHECK(contents.warnings[4].find(":5: seed is -1, not in 0..4294967295") != std::string::npos);
+    std::remove(log.c_str());
+}
+
 TEST_CASE("export keeps, per class, the parameters best over all the class's shapes") {
     // Two prefill shapes: A is best on the first, B on the second, C is second-best on both.
     auto record = [](ProblemShape shape, ParamPoint params, double ms, bool defaults) {

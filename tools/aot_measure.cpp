@@ -29,10 +29,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/** `text` as one shell word: in single quotes, each ' written as '\''. */
+std::string shell_quote(const std::string &text) {
+    std::string quoted = "'";
+    for (char c : text)
+        quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return quoted + "'";
+}
+
 /** Runs `command` under `timeout`; its stdout and stderr, and its exit status (124: timed out). */
 std::pair<int, std::string> run_command(const std::string &command, double timeout_s) {
-    const std::string line =
-        fmt::format("timeout -k 5 {:.0f} sh -c '{}' 2>&1", std::max(timeout_s, 1.0), command);
+    const std::string line = fmt::format("timeout -k 5 {:.0f} sh -c {} 2>&1",
+                                         std::max(timeout_s, 1.0), shell_quote(command));
     FILE *pipe = popen(line.c_str(), "r");
     if (!pipe)
         return {-1, "cannot run: " + line};
@@ -152,13 +160,15 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
     const fs::path harness = dir / "harness";
     auto [cc_status, cc_output] =
         run_command(fmt::format("{} -O2 -I{} {} {} -o {} -lpthread -ldl -lm", setup_.cc,
-                                ATTNGEN_HALIDE_RUNTIME_INCLUDE, (work / "tune_harness.c").string(),
-                                (dir / "attngen_candidate.a").string(), harness.string()),
+                                shell_quote(ATTNGEN_HALIDE_RUNTIME_INCLUDE),
+                                shell_quote((work / "tune_harness.c").string()),
+                                shell_quote((dir / "attngen_candidate.a").string()),
+                                shell_quote(harness.string())),
                     setup_.timeout_s);
     if (cc_status != 0)
         return {"compile_error", "linking the harness failed: " + tail(cc_output), -1, {}};
-    const std::string prefix =
-        (setup_.runner.empty() ? "" : setup_.runner + " ") + harness.string() + " " + data.string();
+    const std::string prefix = (setup_.runner.empty() ? "" : setup_.runner + " ") +
+                               shell_quote(harness.string()) + " " + shell_quote(data.string());
 
     // Check the output before any timing.
     auto [probe_status, probe_output] = run_command(prefix + " check", setup_.timeout_s);

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -218,6 +219,10 @@ int command_compile(int argc, char **argv) {
     std::vector<AttentionSpec> layers;
     const std::vector<std::string> wanted = split_list(args.value("layers"));
     for (const std::string &name : wanted) {
+        if (std::count(wanted.begin(), wanted.end(), name) > 1) {
+            fmt::print(stderr, "attngen compile: --layers names '{}' more than once\n", name);
+            return exit_user_error;
+        }
         bool found = false;
         for (const AttentionSpec &layer : parsed.layers)
             if (layer.name == name) {

@@ -74,9 +74,8 @@ int command_run(int argc, char **argv) {
     ProblemShape shape;
     if (std::string problem = parse_shape(args.value("shape"), shape); !problem.empty())
         return usage_error("--shape: " + problem);
-    if (spec.projections.any() && !spec.cross_attention && shape.keys != shape.queries)
-        return usage_error("layer '" + spec.name +
-                           "' is self-attention: its keys are its queries, so Lk must be Lq");
+    if (std::string problem = check_problem(spec, shape); !problem.empty())
+        return usage_error("--shape: " + problem);
     const std::optional<long> runs = parse_integer(args.value("runs", "5"), 1, 1000);
     const std::optional<long> threads = parse_integer(args.value("threads", "0"), 0, 1024);
     const std::optional<long> seed_value =

@@ -383,9 +383,8 @@ int command_tune(int argc, char **argv) {
         ProblemShape shape;
         if (std::string problem = parse_shape(word, shape); !problem.empty())
             return usage_error("--shapes: " + problem);
-        if (spec.projections.any() && !spec.cross_attention && shape.keys != shape.queries)
-            return usage_error("layer '" + spec.name + "' is self-attention: shape " + word +
-                               " needs Lk = Lq");
+        if (std::string problem = check_problem(spec, shape); !problem.empty())
+            return usage_error("--shapes: " + problem);
         shapes.push_back(shape);
     }
 

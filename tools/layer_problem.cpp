@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -93,12 +95,22 @@ std::string parse_scalars(const std::vector<std::string> &words, const Attention
             equals == std::string::npos ? 0 : std::strtod(word.c_str() + equals + 1, &end);
         if (equals == std::string::npos || end == nullptr || *end != '\0' || !std::isfinite(value))
             return "--scalar must be NAME=NUMBER, got '" + word + "'";
-        bool declared = false;
+        const std::string name = word.substr(0, equals);
+        const RuntimeScalar *declared = nullptr;
         for (const RuntimeScalar &scalar : spec.scalars)
-            declared = declared || scalar.name == word.substr(0, equals);
-        if (!declared)
-            return "layer '" + spec.name + "' declares no scalar '" + word.substr(0, equals) + "'";
-        values[word.substr(0, equals)] = value;
+            if (scalar.name == name)
+                declared = &scalar;
+        if (declared == nullptr)
+            return "layer '" + spec.name + "' declares no scalar '" + name + "'";
+        if (declared->is_int32 &&
+            (value != std::floor(value) || value < INT32_MIN || value > INT32_MAX))
+            return fmt::format("--scalar {}: {} is an i32 scalar, so {} must be an integer in "
+                               "{}..{}",
+                               word, name, word.substr(equals + 1), INT32_MIN, INT32_MAX);
+        if (!declared->is_int32 && std::abs(value) > FLT_MAX)
+            return fmt::format("--scalar {}: {} is an f32 scalar, so it must be within +-{:g}",
+                               word, name, FLT_MAX);
+        values[name] = value;
     }
     for (const RuntimeScalar &scalar : spec.scalars)
         if (!values.count(scalar.name)) {
@@ -106,6 +118,27 @@ std::string parse_scalars(const std::vector<std::string> &words, const Attention
                        scalar.name);
             values[scalar.name] = 1.0;
         }
+    return "";
+}
+
+std::string check_problem(const AttentionSpec &spec, const ProblemShape &shape) {
+    if (spec.projections.any() && !spec.cross_attention && shape.keys != shape.queries)
+        return fmt::format("layer '{}' is self-attention: its keys are its queries, so shape {} "
+                           "needs Lk = Lq",
+                           spec.name, to_string(shape));
+    // The generated entry points take tensors of at most 2^31 - 1 bytes; so do these buffers.
+    for (const EntryArgument &entry : layer_arguments(spec)) {
+        if (entry.kind == EntryArgument::Kind::scalar)
+            continue;
+        const std::vector<int> extents = extents_of(entry, shape);
+        double bytes = argument_type(spec, entry).bytes();
+        for (int extent : extents)
+            bytes *= extent;
+        if (bytes > INT32_MAX)
+            return fmt::format("at shape {}, `{}` would take {:.4g} GiB; a tensor holds at most "
+                               "2^31 - 1 bytes",
+                               to_string(shape), entry.name, bytes / (1 << 30));
+    }
     return "";
 }
 

@@ -24,6 +24,13 @@ namespace attngen::cli {
 std::string parse_scalars(const std::vector<std::string> &words, const AttentionSpec &spec,
                           std::map<std::string, double> &values);
 
+/**
+ * Whether `spec` can run at `shape` here: a self-attention layer's Lk is its Lq, and every
+ * tensor of the call fits the 2^31 - 1 bytes an entry point accepts. Returns an empty string,
+ * or what is wrong.
+ */
+std::string check_problem(const AttentionSpec &spec, const ProblemShape &shape);
+
 /** One argument's buffer, its values as the layer reads them, and its row-major shape. */
 struct HostArgument {
     Halide::Buffer<> buffer;

@@ -2,11 +2,14 @@
 #include "tuning_log.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <fstream>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 namespace attngen::cli {
@@ -47,6 +50,35 @@ json to_json(const TrialRecord &r) {
                 {"time", r.time}};
 }
 
+namespace {
+
+/** A JSON integer in lo..hi; anything else (a real, a string, out of range) throws. */
+long long bounded_integer(const json &value, const char *what, long long lo, long long hi) {
+    if (!value.is_number_integer())
+        throw std::invalid_argument(std::string(what) + " is not an integer");
+    const long long number =
+        value.is_number_unsigned()
+            ? static_cast<long long>(std::min<uint64_t>(value.get<uint64_t>(), uint64_t(hi) + 1))
+            : value.get<long long>();
+    if (number < lo || number > hi)
+        throw std::invalid_argument(std::string(what) + " is " + std::to_string(number) +
+                                    ", not in " + std::to_string(lo) + ".." + std::to_string(hi));
+    return number;
+}
+
+int bounded_int(const json &value, const char *what, int lo, int hi) {
+    return static_cast<int>(bounded_integer(value, what, lo, hi));
+}
+
+/** A target class names a file of schedules/tuned: letters, digits, '_' and '-' only. */
+bool is_file_name_word(const std::string &text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+}
+
+} // namespace
+
 std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
     if (!j.is_object()) {
         why = "not a JSON object";
@@ -64,17 +96,25 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         r.spec_class = j.value("spec_class", "");
         r.target = j.at("target").get<std::string>();
         r.target_class = j.value("target_class", "");
-        const std::vector<int> shape = j.at("shape").get<std::vector<int>>();
-        if (shape.size() != 3 || shape[0] < 1 || shape[1] < 1 || shape[2] < 1) {
+        if (!is_file_name_word(r.target_class)) {
+            why = "\"target_class\" is '" + r.target_class +
+                  "', not a name of letters, digits, '_' and '-'";
+            return std::nullopt;
+        }
+        const json &shape = j.at("shape");
+        if (!shape.is_array() || shape.size() != 3) {
             why = "\"shape\" is not [B, Lq, Lk]";
             return std::nullopt;
         }
-        r.shape = {shape[0], shape[1], shape[2]};
+        r.shape = {bounded_int(shape[0], "shape[0]", 1, 4096),
+                   bounded_int(shape[1], "shape[1]", 1, 1 << 20),
+                   bounded_int(shape[2], "shape[2]", 1, 1 << 20)};
         r.shape_class = j.value("shape_class", "");
-        r.threads = j.value("threads", 0);
+        r.threads = j.contains("threads") ? bounded_int(j["threads"], "threads", 0, 1024) : 0;
         r.scheduler = j.at("scheduler").get<std::string>();
         for (const auto &item : j.at("params").items())
-            r.params[item.key()] = item.value().get<int>();
+            r.params[item.key()] =
+                bounded_int(item.value(), ("params." + item.key()).c_str(), 0, 65536);
         r.phase = j.value("phase", "search");
         r.defaults = j.value("defaults", false);
         r.status = j.at("status").get<std::string>();
@@ -82,14 +122,19 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         r.error = j.value("error", -1.0);
         r.times_ms = j.value("times_ms", std::vector<double>());
         r.median_ms = j.value("median_ms", -1.0);
-        r.trial = j.value("trial", 0);
-        r.seed = j.value("seed", 0u);
+        r.trial = j.contains("trial") ? bounded_int(j["trial"], "trial", 0, 1 << 30) : 0;
+        r.seed = j.contains("seed")
+                     ? static_cast<uint32_t>(bounded_integer(j["seed"], "seed", 0, UINT32_MAX))
+                     : 0u;
         r.shard = j.value("shard", "0/1");
         r.halide = j.value("halide", "");
         r.machine = j.value("machine", "");
         r.time = j.value("time", "");
     } catch (const json::exception &e) {
         why = std::string("a field has the wrong type (") + e.what() + ")";
+        return std::nullopt;
+    } catch (const std::invalid_argument &e) {
+        why = e.what();
         return std::nullopt;
     }
     if (r.ok() && !(r.median_ms > 0)) {
