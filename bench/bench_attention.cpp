@@ -54,9 +54,12 @@ constexpr int64_t longest = lengths[std::size(lengths) - 1];
 constexpr double relative_tolerance = 1e-4, absolute_tolerance = 1e-5;
 constexpr double slow_run_ms = 1000; // once a run takes longer, three timed runs are enough
 constexpr int slow_runs = 3;
-// OpenBLAS's idle workers spin for about 0.1 s after each call (2^28 cycles by default) before
-// they sleep; attngen is timed only after they have, so that they do not take its cores.
-constexpr std::chrono::milliseconds blas_idle_spin{250};
+// Nothing sleeps between the calls that are timed. The peers' sgemms run single-threaded on the
+// benchmark's own worker threads (openblas_set_num_threads(1), omp_set_num_threads(1)), so no
+// idle BLAS worker spins after them (measured: 0.1 ms of CPU in a 300 ms pause after
+// single-threaded OpenBLAS calls, 103 ms with its own threads). A pause would instead let the
+// cores idle before the next call: on a shared virtual machine, a 250 ms pause before each of
+// attngen's runs made its L=128 rows up to twice as slow, even after five untimed calls.
 
 // Multi-head attention end to end (bench_mha512, bench_mha1024) at these lengths.
 constexpr int64_t mha_lengths[] = {128, 512, 1024, 2048};
@@ -422,14 +425,18 @@ constexpr Blas peers[] = {Blas::openblas, Blas::onednn};
 struct RowResult {
     double attngen_ms = std::numeric_limits<double>::quiet_NaN();
     double peer_ms[std::size(peers)] = {};
+    double ratio[std::size(peers)] = {}; ///< median over the rounds of peer ms / attngen ms
     const char *check = "ok";                                       ///< ok, MISMATCH or ERROR
     attngen::CpuVariant code_path = attngen::CpuVariant::automatic; ///< of the warm-up call
 };
 
 /**
- * Times `run_attngen` and then `run_peer(blas)` for each peer, each after one warm-up run, and
- * compares attngen's output `out` with each peer's, `reference`. Problems are described on
- * stderr (as `name` at L=`length`) and marked in `check`.
+ * Times `run_attngen` against `run_peer(blas)` for each peer, after one warm-up run of each, in
+ * rounds: each round times attngen and then every peer, back to back, so that the drift of a
+ * shared machine falls on all of them alike; a row reports each one's median time and the
+ * median over the rounds of each peer's time / attngen's time. The outputs are compared:
+ * attngen's `out` with each peer's `reference`. Problems are described on stderr (as `name` at
+ * L=`length`) and marked in `check`.
  */
 RowResult time_and_compare(const char *name, int64_t length, int runs,
                            const std::function<attngen::Status()> &run_attngen,
@@ -442,30 +449,61 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
             status = result;
     };
     RowResult row;
-    std::this_thread::sleep_for(blas_idle_spin);
-    run_checked();
+    double slowest_warm_up = elapsed_ms(run_checked);
     row.code_path = attngen::last_cpu_variant();
-    if (status)
-        row.attngen_ms = median_ms(run_checked, runs);
     if (!status) {
         fmt::print(stderr, "bench_attention: {} at L={}: {}\n", name, length, status.message());
-        row.attngen_ms = std::numeric_limits<double>::quiet_NaN();
         row.check = "ERROR";
     }
-    for (size_t i = 0; i < std::size(peers); i++) {
-        auto run_this_peer = [&] { run_peer(peers[i]); };
-        run_this_peer();
-        row.peer_ms[i] = median_ms(run_this_peer, runs);
+    // The warm-up runs are checked: all are deterministic, so their outputs are those of
+    // every run.
+    for (Blas blas : peers) {
+        slowest_warm_up = std::max(slowest_warm_up, elapsed_ms([&] { run_peer(blas); }));
         if (!status)
             continue;
-        // All are deterministic, so the outputs of their last runs are those of every run.
         const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
         const double diff = max_abs_diff(out, reference);
         if (!(diff <= limit)) {
             fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - {}| = {:g} > {:g}\n",
-                       name, length, blas_name(peers[i]), diff, limit);
+                       name, length, blas_name(blas), diff, limit);
             row.check = "MISMATCH";
         }
+    }
+
+    // Short calls are timed right after an untimed call of their own, as they run back to
+    // back in a model: with their own data in cache.
+    const bool rewarm = slowest_warm_up < slow_run_ms;
+    auto timed = [&](const auto &call) {
+        if (rewarm)
+            call();
+        return elapsed_ms(call);
+    };
+    std::vector<double> attngen_times, peer_times[std::size(peers)], ratios[std::size(peers)];
+    for (int round = 0, planned = runs; round < planned; round++) {
+        double slowest = 0;
+        if (status) {
+            attngen_times.push_back(timed(run_checked));
+            slowest = attngen_times.back();
+        }
+        for (size_t i = 0; i < std::size(peers); i++) {
+            peer_times[i].push_back(timed([&] { run_peer(peers[i]); }));
+            slowest = std::max(slowest, peer_times[i].back());
+            if (status)
+                ratios[i].push_back(peer_times[i].back() / attngen_times.back());
+        }
+        if (slowest > slow_run_ms)
+            planned = std::min(runs, slow_runs);
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (size_t i = 0; i < std::size(peers); i++) {
+        row.peer_ms[i] = median(peer_times[i]);
+        row.ratio[i] = status ? median(ratios[i]) : nan;
+    }
+    if (status) {
+        row.attngen_ms = median(attngen_times);
+    } else if (std::strcmp(row.check, "ERROR") != 0) { // it failed in a timed run
+        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", name, length, status.message());
+        row.check = "ERROR";
     }
     return row;
 }
@@ -660,7 +698,6 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int ru
         if (!call && status)
             status = call;
     };
-    std::this_thread::sleep_for(blas_idle_spin);
     // The bandwidth these calls are held to drifts on shared machines: probe passes right
     // before and right after the timed calls measure it under the same conditions. (A pass
     // between calls would let the thread pool fall asleep, which back-to-back calls of a
@@ -812,7 +849,8 @@ int main(int argc, char **argv) {
     fmt::print(
         "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
         "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
-        "GFLOP/s, and ratio = its ms / attngen ms)\n"
+        "GFLOP/s, and ratio = the median over the rounds of its ms / attngen ms;\n"
+        "each round times attngen and both peers back to back)\n"
         "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
         relative_tolerance, absolute_tolerance);
     // A peer's columns: "<library> ms", its GFLOP/s and the ratio, as wide as their headings.
@@ -840,10 +878,10 @@ int main(int argc, char **argv) {
         std::string peer_columns;
         for (size_t i = 0; i < std::size(peers); i++) {
             const double ms = row.peer_ms[i];
-            peer_columns += fmt::format(
-                "{} | {} | {} | ",
-                column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
-                column(flops / ms * 1e-6, 7, 1), column(ms / row.attngen_ms, 6, 2, "x"));
+            peer_columns +=
+                fmt::format("{} | {} | {} | ",
+                            column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
+                            column(flops / ms * 1e-6, 7, 1), column(row.ratio[i], 6, 2, "x"));
         }
         fmt::print("{}{} | {} | {} | {}{}\n", leading, column(row.attngen_ms, 10, 3),
                    column(gflops, 7, 1),
