@@ -387,15 +387,23 @@ template <typename Call> double elapsed_ms(const Call &call) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+/**
+ * Runs `round` (which returns the ms of its slowest timed call) `runs` times, or slow_runs times
+ * once a call is slower than slow_run_ms.
+ */
+template <typename Round> void run_rounds(int runs, const Round &round) {
+    for (int done = 0, planned = runs; done < planned; done++)
+        if (round() > slow_run_ms)
+            planned = std::min(runs, slow_runs);
+}
+
 /** Median wall time in ms of `runs` calls of `call`, or of fewer once a call is slow. */
 template <typename Call> double median_ms(const Call &call, int runs) {
     std::vector<double> times;
-    int planned = runs;
-    while (static_cast<int>(times.size()) < planned) {
+    run_rounds(runs, [&] {
         times.push_back(elapsed_ms(call));
-        if (times.back() > slow_run_ms)
-            planned = std::min(runs, slow_runs);
-    }
+        return times.back();
+    });
     return median(times);
 }
 
@@ -451,10 +459,6 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
     RowResult row;
     double slowest_warm_up = elapsed_ms(run_checked);
     row.code_path = attngen::last_cpu_variant();
-    if (!status) {
-        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", name, length, status.message());
-        row.check = "ERROR";
-    }
     // The warm-up runs are checked: all are deterministic, so their outputs are those of
     // every run.
     for (Blas blas : peers) {
@@ -479,7 +483,7 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
         return elapsed_ms(call);
     };
     std::vector<double> attngen_times, peer_times[std::size(peers)], ratios[std::size(peers)];
-    for (int round = 0, planned = runs; round < planned; round++) {
+    run_rounds(runs, [&] {
         double slowest = 0;
         if (status) {
             attngen_times.push_back(timed(run_checked));
@@ -491,9 +495,8 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
             if (status)
                 ratios[i].push_back(peer_times[i].back() / attngen_times.back());
         }
-        if (slowest > slow_run_ms)
-            planned = std::min(runs, slow_runs);
-    }
+        return slowest;
+    });
     const double nan = std::numeric_limits<double>::quiet_NaN();
     for (size_t i = 0; i < std::size(peers); i++) {
         row.peer_ms[i] = median(peer_times[i]);
@@ -501,7 +504,7 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
     }
     if (status) {
         row.attngen_ms = median(attngen_times);
-    } else if (std::strcmp(row.check, "ERROR") != 0) { // it failed in a timed run
+    } else { // in the warm-up or a timed run; status keeps the first failure
         fmt::print(stderr, "bench_attention: {} at L={}: {}\n", name, length, status.message());
         row.check = "ERROR";
     }
