@@ -144,10 +144,17 @@ const char *device_name(Device device) {
     return "?";
 }
 
-void set_gpu_policy(GpuPolicy value) { policy.store(value); }
+// The hooks go in before anything that may touch a GPU: an app that probes gpu_available() or
+// sets its context, then allocates device memory through Halide before its first run(), must
+// find attngen's context there, not one Halide made for itself.
+void set_gpu_policy(GpuPolicy value) {
+    internal::install_halide_hooks();
+    policy.store(value);
+}
 GpuPolicy gpu_policy() { return policy.load(); }
 
 bool gpu_available(Device device) {
+    internal::install_halide_hooks();
 #if ATTNGEN_RUNTIME_GPU
     static const bool opencl = probe_opencl();
     return device == Device::cpu || (device == Device::cuda && cuda_capability() > 0) ||
@@ -160,6 +167,7 @@ bool gpu_available(Device device) {
 Device last_device() { return dispatched_device; }
 
 void set_cuda_context(void *context, void *stream) {
+    internal::install_halide_hooks();
     std::lock_guard<std::mutex> lock(cuda_mutex);
     app_context = context;
     app_stream = stream;

@@ -8,6 +8,7 @@
 #include "device_buffer.h"
 #include "test_support.h"
 
+#include "c_d16_cuda_fallback.h"
 #include "g_d128_plain.h"
 #include "g_d16_mqa_padding.h"
 #include "g_d32_all_masks.h"
@@ -20,9 +21,12 @@
 #include "g_d64_f16_causal.h"
 #endif
 
+#include "HalideRuntimeCuda.h"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -134,6 +138,54 @@ TEST_CASE("GPU policy require on a layer without a GPU variant is refused, outpu
               }());
     for (float value : out.values())
         REQUIRE(value == 42.0f);
+}
+
+TEST_CASE("GPU policy prefer runs a CUDA layer on the CPU where no CUDA driver is present and "
+          "require refuses it with the output untouched") {
+    const attngen::Layer &layer = c_d16_cuda_fallback_layer();
+    if (attngen::gpu_available(attngen::Device::cuda)) {
+        check_against_reference(layer, 513);
+        CHECK(attngen::last_device() == attngen::Device::cuda);
+        return;
+    }
+    check_against_reference(layer, 513);
+    CHECK(attngen::last_device() == attngen::Device::cpu);
+
+    Problem problem(layer.info, 1, 6, 6, 514);
+    OutputBuffer out(layer.info.dtype, problem.out_elements());
+    std::fill(out.f32.begin(), out.f32.end(), 42.0f);
+    RequireGpu gpu;
+    attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+    REQUIRE_FALSE(status.ok());
+    CHECK_THAT(status.message(),
+               Catch::Contains("no cuda driver and device that runs its GPU variants is present, "
+                               "and the GPU policy is require"));
+    for (float value : out.values())
+        REQUIRE(value == 42.0f);
+}
+
+TEST_CASE("the app's CUDA context and stream reach Halide's CUDA runtime from the first "
+          "question about GPUs on") {
+    // Each test case runs in a process of its own under ctest: nothing has run a layer yet, so
+    // the hooks must come from gpu_available itself (an app may allocate device memory through
+    // Halide before its first run()).
+    (void)attngen::gpu_available(attngen::Device::cuda);
+    void *const app_context = reinterpret_cast<void *>(uintptr_t{0x1000});
+    void *const app_stream = reinterpret_cast<void *>(uintptr_t{0x2000});
+    attngen::set_cuda_context(app_context, app_stream);
+    // Read the installed hooks back by swapping them out and in again.
+    const halide_cuda_acquire_context_t acquire = halide_set_cuda_acquire_context(nullptr);
+    halide_set_cuda_acquire_context(acquire);
+    const halide_cuda_get_stream_t get_stream = halide_set_cuda_get_stream(nullptr);
+    halide_set_cuda_get_stream(get_stream);
+    void *context = nullptr, *stream = nullptr;
+    const int acquired = acquire(nullptr, &context, true);
+    const int streamed = get_stream(nullptr, context, &stream);
+    attngen::set_cuda_context(nullptr, nullptr);
+    REQUIRE(acquired == 0);
+    CHECK(context == app_context);
+    REQUIRE(streamed == 0);
+    CHECK(stream == app_stream);
 }
 
 TEST_CASE("device tensors on a layer without a GPU variant are refused") {
