@@ -103,20 +103,21 @@ int gpu_default_kv_chunk(const std::string &shape_class) {
     return shape_class == "decode" ? 256 : 0;
 }
 
-GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
-    // Pass 3 holds a K chunk, a V chunk, the probabilities of the chunk and the block's P·V
-    // accumulators in shared memory at once: keep them under 40 KiB of the 48 KiB a block may
-    // use without opting in.
-    GpuScheduleParams params;
+int gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params) {
+    // Pass 2 (row sum and P·V) holds a K chunk, a V chunk, the chunk's probabilities and the
+    // block's P·V accumulators in shared memory at once; pass 1 holds less.
     const int head_dim = spec.resolved_head_dim();
-    const int heads = spec.group_size();
-    auto bytes = [&](const GpuScheduleParams &p) {
-        return 4 * (2 * p.key_chunk * head_dim + p.key_chunk * p.query_tile * heads +
-                    head_dim * p.query_tile * heads);
-    };
-    while (bytes(params) > 40 * 1024 && params.key_chunk > 8)
+    const int rows = params.query_tile * spec.group_size();
+    return 4 * (2 * params.key_chunk * head_dim + params.key_chunk * rows + head_dim * rows);
+}
+
+GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
+    // Defaults under 40 KiB, leaving room below gpu_shared_memory_limit for the row statistics
+    // and Halide's alignment of each allocation.
+    GpuScheduleParams params;
+    while (gpu_shared_memory_bytes(spec, params) > 40 * 1024 && params.key_chunk > 8)
         params.key_chunk /= 2;
-    while (bytes(params) > 40 * 1024 && params.query_tile > 1)
+    while (gpu_shared_memory_bytes(spec, params) > 40 * 1024 && params.query_tile > 1)
         params.query_tile /= 2;
     return params;
 }
@@ -154,6 +155,14 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.gpu = gpu_schedule_params(spec);
         resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
+        const int shared = gpu_shared_memory_bytes(spec, resolved.gpu);
+        if (resolved.problem.empty() && shared > gpu_shared_memory_limit)
+            resolved.problem =
+                "GPU schedule parameters query_tile=" + std::to_string(resolved.gpu.query_tile) +
+                " and key_chunk=" + std::to_string(resolved.gpu.key_chunk) + " need " +
+                std::to_string(shared) +
+                " bytes of shared memory per block for this layer, more than the " +
+                std::to_string(gpu_shared_memory_limit) + " a block may use without opting in";
         return resolved;
     }
     if (gpu) {

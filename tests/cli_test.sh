@@ -170,6 +170,11 @@ expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec"
     --target x86-64-linux-opencl --layers alibi --schedule-params key_chunk=24 -o "$work/lib_cl"
 contains "$work/err.txt" "key_chunk must be a power of two for a GPU target, got 24" \
     "the GPU chunk rule is stated with the value given"
+expect 1 "GPU tiles that need more shared memory than a block has" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params query_tile=128,key_chunk=128 \
+    -o "$work/lib_cl"
+contains "$work/err.txt" "query_tile=128 and key_chunk=128 need 114688 bytes of shared memory" \
+    "GPU tiles are held to the shared memory of a block"
 expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
     --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018
 expect 1 "tune without a budget" "$attngen" tune "$spec" --layer alibi --shapes 1,8
