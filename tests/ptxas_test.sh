@@ -3,9 +3,11 @@
 # for the prefill and the decode shape class,
 # extracts the PTX embedded in the library and assembles it with ptxas for sm_80 and sm_90.
 # Each module is assembled for the GPU its .target names (sm_80 or sm_86) and for sm_90. Fails
-# on an assembly error, on any spill, or on a kernel above the limits below; prints the resource
-# report. Halide sizes shared memory at launch (dynamic shared memory), so ptxas reports only the
-# static part; the schedule keeps its shared-memory estimate under 40 KiB (gpu_schedule_params).
+# on an assembly error, on a missing sm_80 or sm_86 module, on any spill or local-memory stack
+# frame, or on a kernel above the limits below; prints the resource report. Halide sizes shared
+# memory at launch (dynamic shared memory), so ptxas reports only the static part; attngen
+# refuses GPU tiles whose shared memory exceeds 48 KiB (gpu_shared_memory_bytes, checked by
+# cli_test.sh).
 # Skips (exit 77) without ptxas, except under CI=true, where it must be there.
 #   usage: ptxas_test.sh ATTNGEN EXTRACT_PTX SOURCE_DIR WORK_DIR
 set -euo pipefail
@@ -43,6 +45,13 @@ for shape_class in prefill decode; do
     "$extract" "$out/libgpu_kernels.a" "$out/module" >>"$work/modules.txt"
 done
 echo "$(wc -l <"$work/modules.txt") PTX modules in the prefill and decode libgpu_kernels.a"
+# `--target cuda` means PTX for compute capability 8.0 and 8.6: both must be there.
+for arch in sm_80 sm_86; do
+    if ! xargs grep -l "^\.target $arch" <"$work/modules.txt" >/dev/null; then
+        echo "FAIL: no PTX module for $arch in the libraries"
+        exit 1
+    fi
+done
 
 failed=0
 while read -r module; do
@@ -60,6 +69,12 @@ while read -r module; do
             case "$line" in
             *"Compiling entry function"*) kernel=$(sed -E "s/[^']*'([^']+)'.*/\1/" <<<"$line") ;;
             *"bytes spill stores"*)
+                # A stack frame is an array the kernel keeps in local memory, not registers.
+                stack=$(sed -E 's/^ *([0-9]+) bytes stack frame.*/\1/' <<<"$line")
+                if [ "$stack" != 0 ]; then
+                    echo "FAIL: $arch $kernel keeps $stack bytes in a local-memory stack frame"
+                    failed=1
+                fi
                 stores=$(sed -E 's/.* ([0-9]+) bytes spill stores.*/\1/' <<<"$line")
                 loads=$(sed -E 's/.* ([0-9]+) bytes spill loads.*/\1/' <<<"$line")
                 if [ "$stores" != 0 ] || [ "$loads" != 0 ]; then
