@@ -28,6 +28,19 @@ contains() { # contains FILE TEXT DESCRIPTION
     fi
 }
 
+# checked_out LOG DESCRIPTION: two new trials, and none of the log's trials failed its check
+# (compile error, wrong result, crash, time-out). A too_slow trial passed its check and was
+# stopped after a slow warm-up: on a loaded 2-core CI machine that is timing noise.
+checked_out() {
+    contains "$work/out.txt" "2 trials (0 resumed, 2 new)" "$2: both trials ran"
+    checks=$((checks + 1))
+    if grep -vE '"status":"(ok|too_slow)"' "$1" | grep -q .; then
+        failures=$((failures + 1))
+        echo "FAILED: $2: a trial failed its check"
+        grep -vE '"status":"(ok|too_slow)"' "$1" | head -5
+    fi
+}
+
 rm -rf "$work" && mkdir -p "$work"
 spec=$source/tests/layers/modifications.attn
 
@@ -151,19 +164,19 @@ expect 0 "tune arm-64-linux under qemu" "$attngen" tune "$spec" --layer alibi --
     --target arm-64-linux --trials 2 --runs 5 --space "$space" --log "$work/arm.jsonl" \
     --work "$work/arm work's" --plot "$work/arm.svg"
 contains "$work/out.txt" "runner 'qemu-aarch64" "AArch64 candidates run under qemu"
-contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "AArch64 candidates check out"
+checked_out "$work/arm.jsonl" "AArch64 candidates check out"
 if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
     expect 0 "tune the GPU schedule on OpenCL" "$attngen" tune "$spec" --layer alibi \
         --shapes 1,40 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --space 'query_tile=8/16;key_chunk=16' --log "$work/cl.jsonl" --work "$work/cl-work" \
         --plot "$work/cl.svg"
-    contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "OpenCL candidates check out"
+    checked_out "$work/cl.jsonl" "OpenCL candidates check out"
     contains "$work/out.txt" "key_chunk=16,query_tile=" "a GPU target searches the GPU space"
     expect 0 "tune the GPU split-KV chunk on decode shapes" "$attngen" tune "$spec" \
         --layer alibi --shapes 1,2,70 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --space 'query_tile=16;key_chunk=16;kv_chunk=64/128' --log "$work/cl-decode.jsonl" \
         --work "$work/cl-decode-work" --plot "$work/cl-decode.svg"
-    contains "$work/out.txt" "2 trials (0 resumed, 2 new), 0 invalid" "split-KV GPU candidates check out"
+    checked_out "$work/cl-decode.jsonl" "split-KV GPU candidates check out"
     contains "$work/out.txt" "kv_chunk=" "decode shapes search the GPU kv_chunk"
 fi
 expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec" \
