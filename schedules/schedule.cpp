@@ -103,17 +103,19 @@ int gpu_default_kv_chunk(const std::string &shape_class) {
     return shape_class == "decode" ? 256 : 0;
 }
 
-int gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params) {
-    // Pass 2 (row sum and P·V) holds a K chunk, a V chunk, the chunk's probabilities and the
-    // block's P·V accumulators in shared memory at once; pass 1 holds less.
-    const int head_dim = spec.resolved_head_dim();
-    const int rows = params.query_tile * spec.group_size();
-    return 4 * (2 * params.key_chunk * head_dim + params.key_chunk * rows + head_dim * rows);
+int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params) {
+    // Pass 2 (row sum and P·V) holds a K chunk, a V chunk, the chunk's probabilities, the
+    // block's P·V accumulators and its row max and row sum in shared memory at once; pass 1
+    // holds less.
+    const int64_t head_dim = spec.resolved_head_dim();
+    const int64_t key_chunk = params.key_chunk;
+    const int64_t rows = int64_t{params.query_tile} * spec.group_size();
+    return 4 * (2 * key_chunk * head_dim + key_chunk * rows + head_dim * rows + 2 * rows);
 }
 
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
-    // Defaults under 40 KiB, leaving room below gpu_shared_memory_limit for the row statistics
-    // and Halide's alignment of each allocation.
+    // Defaults under 40 KiB, leaving room below gpu_shared_memory_limit for Halide's
+    // alignment of each allocation.
     GpuScheduleParams params;
     while (gpu_shared_memory_bytes(spec, params) > 40 * 1024 && params.key_chunk > 8)
         params.key_chunk /= 2;
@@ -155,14 +157,20 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.gpu = gpu_schedule_params(spec);
         resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
-        const int shared = gpu_shared_memory_bytes(spec, resolved.gpu);
-        if (resolved.problem.empty() && shared > gpu_shared_memory_limit)
+        const int64_t shared = gpu_shared_memory_bytes(spec, resolved.gpu);
+        if (resolved.problem.empty() && shared > gpu_shared_memory_limit) {
+            const std::string tiles = "query_tile=" + std::to_string(resolved.gpu.query_tile) +
+                                      " and key_chunk=" + std::to_string(resolved.gpu.key_chunk);
             resolved.problem =
-                "GPU schedule parameters query_tile=" + std::to_string(resolved.gpu.query_tile) +
-                " and key_chunk=" + std::to_string(resolved.gpu.key_chunk) + " need " +
-                std::to_string(shared) +
-                " bytes of shared memory per block for this layer, more than the " +
+                (params.empty() ? "the GPU schedule's smallest tiles, " + tiles +
+                                      ", are too large for this layer (head_dim " +
+                                      std::to_string(spec.resolved_head_dim()) + ", " +
+                                      std::to_string(spec.group_size()) +
+                                      " query heads per kv head): they need "
+                                : "GPU schedule parameters " + tiles + " need ") +
+                std::to_string(shared) + " bytes of shared memory per block, more than the " +
                 std::to_string(gpu_shared_memory_limit) + " a block may use without opting in";
+        }
         return resolved;
     }
     if (gpu) {

@@ -3,6 +3,7 @@
 
 #include "dsl/attention_algorithm.h"
 
+#include <cstdint>
 #include <string>
 
 namespace attngen {
@@ -72,7 +73,7 @@ constexpr int gpu_shared_memory_limit = 48 * 1024;
  * The bytes of shared memory one block of the GPU schedule holds at once for `spec` with
  * `params` (Halide sizes it at launch, so ptxas cannot report it).
  */
-int gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params);
+int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params);
 
 /** The GPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
 int gpu_default_kv_chunk(const std::string &shape_class);

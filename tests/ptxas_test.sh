@@ -47,7 +47,11 @@ done
 echo "$(wc -l <"$work/modules.txt") PTX modules in the prefill and decode libgpu_kernels.a"
 # `--target cuda` means PTX for compute capability 8.0 and 8.6: both must be there.
 for arch in sm_80 sm_86; do
-    if ! xargs grep -l "^\.target $arch" <"$work/modules.txt" >/dev/null; then
+    found=0
+    while read -r module; do
+        if grep -q "^\.target $arch" "$module"; then found=1; fi
+    done <"$work/modules.txt"
+    if [ $found = 0 ]; then
         echo "FAIL: no PTX module for $arch in the libraries"
         exit 1
     fi

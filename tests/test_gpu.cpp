@@ -144,8 +144,9 @@ TEST_CASE("GPU policy prefer runs a CUDA layer on the CPU where no CUDA driver i
           "require refuses it with the output untouched") {
     const attngen::Layer &layer = c_d16_cuda_fallback_layer();
     if (attngen::gpu_available(attngen::Device::cuda)) {
+        // Here the driver is present: prefer runs the GPU variant where the device runs
+        // compute capability 8.0 PTX, else the CPU one; either must match.
         check_against_reference(layer, 513);
-        CHECK(attngen::last_device() == attngen::Device::cuda);
         return;
     }
     check_against_reference(layer, 513);
@@ -170,14 +171,15 @@ TEST_CASE("the app's CUDA context and stream reach Halide's CUDA runtime from th
     // the hooks must come from gpu_available itself (an app may allocate device memory through
     // Halide before its first run()).
     (void)attngen::gpu_available(attngen::Device::cuda);
-    void *const app_context = reinterpret_cast<void *>(uintptr_t{0x1000});
-    void *const app_stream = reinterpret_cast<void *>(uintptr_t{0x2000});
-    attngen::set_cuda_context(app_context, app_stream);
-    // Read the installed hooks back by swapping them out and in again.
+    // Read the installed hooks back by swapping them out and in again, before anything else
+    // could install them.
     const halide_cuda_acquire_context_t acquire = halide_set_cuda_acquire_context(nullptr);
     halide_set_cuda_acquire_context(acquire);
     const halide_cuda_get_stream_t get_stream = halide_set_cuda_get_stream(nullptr);
     halide_set_cuda_get_stream(get_stream);
+    void *const app_context = reinterpret_cast<void *>(uintptr_t{0x1000});
+    void *const app_stream = reinterpret_cast<void *>(uintptr_t{0x2000});
+    attngen::set_cuda_context(app_context, app_stream);
     void *context = nullptr, *stream = nullptr;
     const int acquired = acquire(nullptr, &context, true);
     const int streamed = get_stream(nullptr, context, &stream);
