@@ -49,6 +49,14 @@ for command in check compile targets run tune header; do
     contains "$work/out.txt" "usage: attngen $command" "attngen $command --help prints its usage"
 done
 expect 0 "attngen --help" "$attngen" --help
+for command in check compile targets run tune header; do
+    checks=$((checks + 1))
+    listed=$(grep -c "^  $command " "$work/out.txt")
+    if [ "$listed" != 1 ]; then
+        failures=$((failures + 1))
+        echo "FAILED: attngen --help lists '$command' $listed times, expected once"
+    fi
+done
 expect 1 "no command" "$attngen"
 expect 1 "an unknown command" "$attngen" frobnicate
 expect 1 "an unknown option" "$attngen" compile "$spec" --colour red -o "$work/x"

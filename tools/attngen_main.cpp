@@ -21,9 +21,6 @@ void print_usage(std::FILE *stream) {
                "  tune FILE --shapes S;... --trials N | --budget 10m\n"
                "                                   search schedule parameters by measurement;\n"
                "                                   tune export / tune merge handle the logs\n"
-               "  tune FILE --shapes S;... --trials N | --budget 10m\n"
-               "                                   search schedule parameters by measurement;\n"
-               "                                   tune export / tune merge handle the logs\n"
                "  header ...                       the typed header of one generated layer\n"
                "\n"
                "Exit status: 0 ok, 1 a problem with the input, 2 an internal error.\n");
