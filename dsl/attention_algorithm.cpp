@@ -123,9 +123,27 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
             stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
             stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
         };
-        project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
-        project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
-        project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
+        if (options.fused_qkv && !spec.cross_attention && spec.resolved_kv_heads() == heads) {
+            // Slice p of qkv_proj is Q, K or V; the weights are selected by p, which a schedule
+            // packing them makes a constant.
+            Var p{"p"};
+            s.qkv_weight(in_feature, out_feature, p) =
+                f32(Halide::select(p == 0, in.wq(in_feature, out_feature), p == 1,
+                                   in.wk(in_feature, out_feature), in.wv(in_feature, out_feature)));
+            Expr row = h * head_dim + d;
+            s.qkv_proj(d, q, p, h, b) =
+                proj.bias ? f32(Halide::select(p == 0, in.bq(row), p == 1, in.bk(row), in.bv(row)))
+                          : Expr(0.0f);
+            s.qkv_proj(d, q, p, h, b) +=
+                s.q_rows(s.r_model, q, b) * s.qkv_weight(s.r_model, row, p);
+            s.q_proj(d, q, h, b) = s.qkv_proj(d, q, 0, h, b);
+            s.k_proj(d, k, h, b) = s.qkv_proj(d, k, 1, h, b);
+            s.v_proj(d, k, h, b) = s.qkv_proj(d, k, 2, h, b);
+        } else {
+            project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
+            project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
+            project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
+        }
         s.q_heads(d, q, h, b) = s.q_proj(d, q, h, b) * scale;
         s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
         s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);

@@ -62,6 +62,12 @@ struct AttentionStages {
     Halide::Func q_proj{"q_proj"}, k_proj{"k_proj"}, v_proj{"v_proj"};
     Halide::Func q_weight{"q_weight"}, k_weight{"k_weight"}, v_weight{"v_weight"};
     Halide::Func o_weight{"o_weight"};
+    /**
+     * The fused form of self-attention's Q/K/V projections (AlgorithmOptions::fused_qkv): one
+     * GEMM qkv_proj (d, row, p, h, b) over the weights qkv_weight (in, out, p), p = 0, 1, 2
+     * for Q, K, V; q_proj, k_proj and v_proj are then its three slices. Undefined otherwise.
+     */
+    Halide::Func qkv_proj{"qkv_proj"}, qkv_weight{"qkv_weight"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
@@ -111,6 +117,11 @@ struct AlgorithmOptions {
      * vector instructions on CPUs, where they are a tenth of a D=64 layer's time.
      */
     bool polynomial_exp = false;
+    /**
+     * Self-attention with as many kv heads as heads: Q, K and V as slices of one projection
+     * (AttentionStages::qkv_proj), so that a schedule can read each row of x once for all three.
+     */
+    bool fused_qkv = false;
 };
 
 /**

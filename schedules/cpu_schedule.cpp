@@ -86,14 +86,23 @@ void pack_transposed(Func weight, int outputs, int lanes) {
     Var out_inner{out.name() + "_inner"}, in_inner{in.name() + "_inner"};
     Var in_block{in.name() + "_block"};
     weight.compute_root()
-        .reorder_storage(out, in)
         .bound_storage(out, padded_row(outputs, lanes))
         .split(in, in_block, in, 8 * lanes, TailStrategy::GuardWithIf)
         .tile(out, in, out_inner, in_inner, lanes, lanes, TailStrategy::GuardWithIf)
-        .reorder(out_inner, in_inner, in, out, in_block)
         .vectorize(out_inner)
         .unroll(in_inner)
         .parallel(in_block);
+    if (weight.dimensions() == 2) {
+        weight.reorder_storage(out, in).reorder(out_inner, in_inner, in, out, in_block);
+    } else {
+        // qkv_weight (in, out, p): one packed weight after another, p unrolled so that each
+        // copy selects its source weight once, at compile time.
+        Var p = weight.args()[2];
+        weight.reorder_storage(out, in, p)
+            .reorder(out_inner, in_inner, in, out, in_block, p)
+            .bound(p, 0, 3)
+            .unroll(p);
+    }
 }
 
 /** The register tile of the in-place projection: rows x outputs partial-sum vectors. */
@@ -159,12 +168,13 @@ void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_ext
  * of the outputs; group_size divides its extent), and walks its panels of `block` outputs,
  * each over every register tile of params.gemm_rows rows x `block` outputs: one broadcast of
  * `a` per row, vectors of `vec` outputs from the panel, which stays in L2 while the task's
- * rows pass by. `reduction` lists the update's loops, innermost first. Returns the task loop.
+ * rows pass by. `reduction` lists the update's loops, innermost first; `in_task`, further pure
+ * loops of `tiled` to run inside a task (outside `group`). Returns the task loop.
  */
 Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, const Var &group,
                      int group_size, const Var &b, int vec, int block,
                      const std::vector<Halide::VarOrRVar> &reduction,
-                     const CpuScheduleParams &params) {
+                     const CpuScheduleParams &params, const std::vector<Var> &in_task = {}) {
     const int gemm_rows = params.gemm_rows;
     Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
     Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
@@ -174,8 +184,11 @@ Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, con
     tiled.split(row, row_task, row, params.gemm_task_rows, TailStrategy::GuardWithIf)
         .split(row, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
         .split(group, group_task, group, group_size)
-        .split(out, out_outer, out_inner, block)
-        .reorder(out_inner, row_inner, row_outer, out_outer, group, group_task, row_task, b)
+        .split(out, out_outer, out_inner, block);
+    std::vector<Halide::VarOrRVar> loops{out_inner, row_inner, row_outer, out_outer, group};
+    loops.insert(loops.end(), in_task.begin(), in_task.end());
+    loops.insert(loops.end(), {group_task, row_task, b});
+    tiled.reorder(loops)
         .vectorize(out_inner, vec)
         .unroll(out_inner)
         .unroll(row_inner)
@@ -211,11 +224,13 @@ int largest_divisor_at_most(int n, int limit) {
  * Schedules a Q, K or V projection `stage(d, row, h, b) += rows(r, row, b) * w(r, h *
  * head_dim + d)` as a packed GEMM (tile_packed_gemm), for prefill: tasks of whole heads, and
  * each task copies its rows of activations once, so that the inner loop reads them at fixed
- * strides with no clamps left in it.
+ * strides with no clamps left in it. The fused Q/K/V projection, `stage(d, row, p, h, b)` over
+ * `w(r, out, p)`, passes `in_task` = {p}: its three slices share each task's copy.
  */
 void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs, int head_dim,
                                 const Var &d, const Var &row, const Var &h, const Var &b, int lanes,
-                                const CpuScheduleParams &params) {
+                                const CpuScheduleParams &params,
+                                const std::vector<Var> &in_task = {}) {
     pack_transposed(weight, outputs, lanes);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Func tiled = stage.in();
@@ -223,7 +238,7 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
     const int heads_per_task =
         largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
     Var task = tile_packed_gemm(tiled, stage, d, row, h, heads_per_task, b, d_vec,
-                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params);
+                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params, in_task);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
@@ -339,7 +354,15 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             {s.q_proj, s.q_weight, s.q_rows, q_outputs},
             {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
             {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
+        // Self-attention, prefill, fused_qkv: Q, K and V are the slices p of one GEMM, and a
+        // task's rows of x, copied once, serve all three (p runs inside the task).
+        if (s.qkv_proj.defined())
+            schedule_projection_packed(s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs, head_dim, d,
+                                       s.qkv_proj.args()[1], h, b, lanes, params,
+                                       {s.qkv_proj.args()[2]});
         for (auto [stage, weight, rows, outputs] : projections) {
+            if (s.qkv_proj.defined())
+                break; // q_proj, k_proj and v_proj are its slices, inlined
             // Decode: a few queries, so Q's weight is read once either way and packing it would
             // read and write it once more. K and V have as few rows in self-attention, but a
             // cross-attention context is long, and in place each block of its rows would stream

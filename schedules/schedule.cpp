@@ -70,6 +70,7 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
                                               {"d_vectors", &params.d_vectors, 16},
                                               {"gemm_rows", &params.gemm_rows, 16},
                                               {"gemm_task_rows", &params.gemm_task_rows, 4096},
+                                              {"fused_qkv", &params.fused_qkv, 1, 0},
                                               {"kv_chunk", &params.kv_chunk, 65536, 0},
                                               {"key_chunk", &params.key_chunk, 65536, 0}});
     const bool kv_named = params.kv_chunk >= 0, key_named = params.key_chunk >= 0;
@@ -218,6 +219,8 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         // Measured with `attngen run` (AVX-512, 2 threads, heads 8, D 64, L 2048, tuned
         // record, alternated twice): 20.9 / 20.7 ms with Halide::exp, 20.3 / 20.1 with this.
         options.polynomial_exp = true;
+        // Prefill only: decode reads the weights in place.
+        options.fused_qkv = resolved.cpu.kv_chunk <= 0 && resolved.cpu.fused_qkv != 0;
         break;
     case ResolvedSchedule::Family::gpu:
         options.query_block = resolved.gpu.query_tile;

@@ -111,6 +111,13 @@ contains "$work/err.txt" "at most one may be nonzero, got kv_chunk=16 and key_ch
 expect 0 "run projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
     --shape 2,23 --runs 1 --schedule-params gemm_rows=3,gemm_task_rows=10
 contains "$work/out.txt" ": ok" "projection GEMM tiles given on the command line match the reference"
+expect 0 "run projections with fused_qkv" "$attngen" run "$spec" --layer mha_alibi \
+    --shape 2,23 --runs 1 --schedule-params fused_qkv=1
+contains "$work/out.txt" ": ok" "fused_qkv on the command line matches the reference"
+expect 1 "run with fused_qkv=2" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
+    --schedule-params fused_qkv=2
+contains "$work/err.txt" "schedule parameter fused_qkv must be in 0..1, got '2'" \
+    "fused_qkv out of range is refused, naming the value"
 expect 1 "run with a zero GEMM tile" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
     --schedule-params gemm_rows=0
 contains "$work/err.txt" "schedule parameter gemm_rows must be in 1..16, got '0'" \

@@ -22,6 +22,8 @@
 #include "t_mha_cross.h"
 #include "t_mha_cross_decode.h"
 #include "t_mha_decode.h"
+#include "t_mha_fused_odd.h"
+#include "t_mha_fused_qkv.h"
 #include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
 #include "t_mha_self.h"
@@ -74,6 +76,11 @@ TEST_CASE("q/k/v projections without an output projection match the reference") 
 
 TEST_CASE("projection GEMMs with tiles that divide nothing match the reference") {
     check_against_reference(t_mha_odd_gemm_layer(), 9005);
+}
+
+TEST_CASE("Q, K and V as one GEMM (fused_qkv) match the reference") {
+    check_against_reference(t_mha_fused_qkv_layer(), 9006);
+    check_against_reference(t_mha_fused_odd_layer(), 9007);
 }
 
 TEST_CASE("f16 storage with f32 accumulation matches the reference") {

@@ -112,6 +112,7 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
         space.axes.push_back({"gemm_rows", {2, 3, 4, 5, 6, 8, 12}, defaults.gemm_rows});
         space.axes.push_back(
             {"gemm_task_rows", {24, 36, 48, 72, 96, 144}, defaults.gemm_task_rows});
+        space.axes.push_back({"fused_qkv", {0, 1}, defaults.fused_qkv});
     }
     return space;
 }
