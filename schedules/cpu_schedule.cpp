@@ -85,24 +85,25 @@ void pack_transposed(Func weight, int outputs, int lanes) {
     Var in = weight.args()[0], out = weight.args()[1];
     Var out_inner{out.name() + "_inner"}, in_inner{in.name() + "_inner"};
     Var in_block{in.name() + "_block"};
-    weight.compute_root()
-        .bound_storage(out, padded_row(outputs, lanes))
-        .split(in, in_block, in, 8 * lanes, TailStrategy::GuardWithIf)
-        .tile(out, in, out_inner, in_inner, lanes, lanes, TailStrategy::GuardWithIf)
-        .vectorize(out_inner)
-        .unroll(in_inner)
-        .parallel(in_block);
-    if (weight.dimensions() == 2) {
-        weight.reorder_storage(out, in).reorder(out_inner, in_inner, in, out, in_block);
-    } else {
+    std::vector<Var> storage{out, in};
+    std::vector<Halide::VarOrRVar> loops{out_inner, in_inner, in, out, in_block};
+    if (weight.dimensions() == 3) {
         // qkv_weight (in, out, p): one packed weight after another, p unrolled so that each
         // copy selects its source weight once, at compile time.
         Var p = weight.args()[2];
-        weight.reorder_storage(out, in, p)
-            .reorder(out_inner, in_inner, in, out, in_block, p)
-            .bound(p, 0, 3)
-            .unroll(p);
+        storage.push_back(p);
+        loops.emplace_back(p);
+        weight.bound(p, 0, 3).unroll(p);
     }
+    weight.compute_root()
+        .reorder_storage(storage)
+        .bound_storage(out, padded_row(outputs, lanes))
+        .split(in, in_block, in, 8 * lanes, TailStrategy::GuardWithIf)
+        .tile(out, in, out_inner, in_inner, lanes, lanes, TailStrategy::GuardWithIf)
+        .reorder(loops)
+        .vectorize(out_inner)
+        .unroll(in_inner)
+        .parallel(in_block);
 }
 
 /** The register tile of the in-place projection: rows x outputs partial-sum vectors. */

@@ -44,12 +44,13 @@ checked_out() {
 rm -rf "$work" && mkdir -p "$work"
 spec=$source/tests/layers/modifications.attn
 
-for command in check compile targets run tune header; do
+commands="check compile targets run tune header"
+for command in $commands; do
     expect 0 "attngen $command --help" "$attngen" "$command" --help
     contains "$work/out.txt" "usage: attngen $command" "attngen $command --help prints its usage"
 done
 expect 0 "attngen --help" "$attngen" --help
-for command in check compile targets run tune header; do
+for command in $commands; do
     checks=$((checks + 1))
     listed=$(grep -c "^  $command " "$work/out.txt")
     if [ "$listed" != 1 ]; then
