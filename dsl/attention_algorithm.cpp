@@ -52,18 +52,26 @@ LoweringContext lowering_context(const AttentionInputs &in, const Expr &k, const
     return context;
 }
 
-/** The masks of the spec as one predicate: is key k visible to query q of head h, batch b? */
-Expr key_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k, const Expr &q,
-                 const Expr &h, const Expr &b) {
+/** Which keys the structured masks (causal, window, key padding) show query q of batch b. Each
+ * is a bound linear in k, so Halide's loop partitioning can solve it for a block's keys. */
+Expr structured_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
+                        const Expr &q, const Expr &b) {
     Expr visible = Halide::Internal::const_true();
     // Query q sits at key position q + (Lk - Lq): the last query sees the last key.
     Expr aligned_q = q + (in.key_len - in.query_len);
     if (spec.mask.causal)
         visible = visible && k <= aligned_q;
-    if (spec.mask.window > 0)
-        visible = visible && Halide::abs(k - aligned_q) < spec.mask.window;
+    if (spec.mask.window > 0) // |k - aligned_q| < window, as two bounds the solver can use
+        visible = visible && k > aligned_q - spec.mask.window && k < aligned_q + spec.mask.window;
     if (spec.mask.key_padding)
         visible = visible && k < in.key_lengths(b);
+    return visible;
+}
+
+/** The spec's mask predicates as one: is key k visible to query q of head h, batch b? */
+Expr predicates_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
+                        const Expr &q, const Expr &h, const Expr &b) {
+    Expr visible = Halide::Internal::const_true();
     for (const ModExprPtr &predicate : spec.mask_predicates)
         visible = visible && lower_expression(*predicate, lowering_context(in, k, q, h, b));
     return visible;
@@ -167,7 +175,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     const float lowest = std::numeric_limits<float>::lowest();
     const float masked_cutoff = lowest / 2;
     Expr score = s.scores(k, q, h, b);
-    Expr visible = key_visible(spec, in, k, q, h, b);
+    Expr visible = predicates_visible(spec, in, k, q, h, b);
     if (spec.mask.additive) {
         Expr bias = Halide::max(
             f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
@@ -184,7 +192,15 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
     // bounds inference from trimming the scores' region by the mask condition, which would
     // make a tile's region depend on the mask instead of the tile.
-    s.masked(k, q, h, b) = Halide::max(score + Halide::select(visible, 0.0f, lowest), lowest);
+    // The structured masks' offset is marked likely: Halide then partitions each loop over keys
+    // into the blocks that every query of the tile sees, where the mask test is gone, and the
+    // diagonal (or window edge, or padding) blocks, where it stays. Their tests are bounds on k,
+    // which Halide's solver handles; the predicates and the bias keep their test everywhere.
+    Expr offset = Halide::select(visible, 0.0f, lowest);
+    Expr structured = structured_visible(spec, in, k, q, b);
+    if (!Halide::Internal::is_const_one(structured))
+        offset = Halide::select(structured, Halide::likely(offset), lowest);
+    s.masked(k, q, h, b) = Halide::max(score + offset, lowest);
 
     // The structured masks bound each query's keys: the reductions below visit only
     // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
