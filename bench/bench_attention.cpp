@@ -1,12 +1,17 @@
 // Benchmarks the generated self-attention layers against the plain way people write attention
 // on a CPU, the math path: sgemm for the scores, a numerically stable row softmax, sgemm for
 // P·V, with the sgemm of OpenBLAS and with that of oneDNN. All run with the same number of
-// threads. Every row also checks that they agree; the program exits non-zero when a layer
-// fails or disagrees.
+// threads. The prefill rows also time the layers generated with attngen's reference schedule.
+// Every row also checks that they agree; the program exits non-zero when a layer fails or
+// disagrees.
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
+#include "bench_d128_causal_reference.h"
+#include "bench_d128_reference.h"
 #include "bench_d64.h"
 #include "bench_d64_causal.h"
+#include "bench_d64_causal_reference.h"
+#include "bench_d64_reference.h"
 #include "bench_decode.h"
 #include "bench_mha1024.h"
 #include "bench_mha512.h"
@@ -73,6 +78,7 @@ constexpr int64_t memory_len = 16384;
 struct Options {
     int threads = 2;
     int64_t max_len = longest;
+    int64_t reference_max_len = 2048;
     int runs = 5;
     bool decode = true;
     bool memory = true;
@@ -80,16 +86,20 @@ struct Options {
 };
 
 void print_usage() {
-    fmt::print("usage: bench_attention [--threads N] [--max-len L] [--runs N] [--no-decode]\n"
-               "                       [--no-mha] [--no-memory] [--help]\n"
+    fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
+               "                       [--no-decode] [--no-mha] [--no-memory] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
+               "  --ref-max-len L\n"
+               "               time attngen's reference schedule up to L only (default {}; it\n"
+               "               runs one thread, unvectorized, in time growing as L^2, and\n"
+               "               stores three L x L arrays of scores: 6 GiB at L=8192)\n"
                "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
                "               {} once a run takes over {:.0f} s)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
-               longest, slow_runs, slow_run_ms / 1000,
+               longest, Options().reference_max_len, slow_runs, slow_run_ms / 1000,
                decode_lengths[std::size(decode_lengths) - 1], memory_len);
 }
 
@@ -121,7 +131,8 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
                                        : options.mha) = false;
             continue;
         }
-        if (option != "--threads" && option != "--max-len" && option != "--runs") {
+        if (option != "--threads" && option != "--max-len" && option != "--ref-max-len" &&
+            option != "--runs") {
             fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
             return std::nullopt;
         }
@@ -138,6 +149,9 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             // Below the shortest length nothing would run.
             if ((value = parse_integer(option, text, lengths[0], std::numeric_limits<int>::max())))
                 options.max_len = *value;
+        } else if (option == "--ref-max-len") {
+            if ((value = parse_integer(option, text, 0, std::numeric_limits<int>::max())))
+                options.reference_max_len = *value;
         } else if ((value = parse_integer(option, text, 1, 1000))) {
             options.runs = static_cast<int>(*value);
         }
@@ -434,6 +448,9 @@ struct RowResult {
     double attngen_ms = std::numeric_limits<double>::quiet_NaN();
     double peer_ms[std::size(peers)] = {};
     double ratio[std::size(peers)] = {}; ///< median over the rounds of peer ms / attngen ms
+    /// attngen's reference schedule: its median ms and that / attngen_ms; NaN when not timed
+    double reference_ms = std::numeric_limits<double>::quiet_NaN();
+    double reference_ratio = std::numeric_limits<double>::quiet_NaN();
     const char *check = "ok";                                       ///< ok, MISMATCH or ERROR
     attngen::CpuVariant code_path = attngen::CpuVariant::automatic; ///< of the warm-up call
 };
@@ -511,8 +528,14 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
     return row;
 }
 
-/** Times a self-contained layer (no projections) against the math path on random inputs. */
-RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
+/**
+ * Times a self-contained layer (no projections) against the math path on random inputs, and,
+ * when `reference_layer` is given, the same layer generated with the reference schedule: its
+ * output is checked against attngen's, its median time is reported next to attngen's. It is
+ * timed apart from the rounds: at 10 to 100 times attngen's time, drift does not matter.
+ */
+RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_layer,
+                  int64_t length, int runs, WorkerPool &pool) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, dim = info.head_dim;
     const int64_t size = batch * heads * length * dim;
@@ -528,13 +551,36 @@ RowResult measure(const attngen::Layer &layer, int64_t length, int runs, WorkerP
     args.key = attngen::view(key.data(), {batch, heads, length, dim});
     args.value = attngen::view(value.data(), {batch, heads, length, dim});
     args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
-    return time_and_compare(
+    RowResult row = time_and_compare(
         info.name, length, runs, [&] { return attngen::run(layer, args); },
         [&](Blas blas) {
             blas_attention(blas, info, length, query.data(), key.data(), value.data(),
                            reference.data(), scores, pool);
         },
         out, reference);
+    if (reference_layer == nullptr || std::isnan(row.attngen_ms))
+        return row;
+
+    std::vector<float> reference_out(out.size());
+    attngen::Arguments reference_args = args;
+    reference_args.out = attngen::mutable_view(reference_out.data(), {batch, heads, length, dim});
+    attngen::Status status = attngen::run(*reference_layer, reference_args); // warm-up, checked
+    const double limit = relative_tolerance * max_abs(out) + absolute_tolerance;
+    const double diff = max_abs_diff(reference_out, out);
+    if (!status || !(diff <= limit)) {
+        if (!status)
+            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", reference_layer->info.name,
+                       length, status.message());
+        else
+            fmt::print(stderr,
+                       "bench_attention: {} at L={}: max|reference - attngen| = {:g} > {:g}\n",
+                       reference_layer->info.name, length, diff, limit);
+        row.check = "MISMATCH";
+        return row;
+    }
+    row.reference_ms = median_ms([&] { attngen::run(*reference_layer, reference_args); }, runs);
+    row.reference_ratio = row.reference_ms / row.attngen_ms;
+    return row;
 }
 
 /** Rows per task of the MHA peer's projections. */
@@ -834,8 +880,12 @@ int main(int argc, char **argv) {
 
     WorkerPool peer_pool(options.threads); // the peers' threads
 
-    const attngen::Layer *layers[] = {&bench_d64_layer(), &bench_d64_causal_layer(),
-                                      &bench_d128_layer(), &bench_d128_causal_layer()};
+    // Each prefill layer, and the same layer generated with the reference schedule.
+    const std::pair<const attngen::Layer *, const attngen::Layer *> layers[] = {
+        {&bench_d64_layer(), &bench_d64_reference_layer()},
+        {&bench_d64_causal_layer(), &bench_d64_causal_reference_layer()},
+        {&bench_d128_layer(), &bench_d128_reference_layer()},
+        {&bench_d128_causal_layer(), &bench_d128_causal_reference_layer()}};
 
     fmt::print("attngen vs the math path (sgemm + softmax + sgemm) with OpenBLAS and with oneDNN: "
                "threads {}, seed {}, CPU {}\n",
@@ -846,7 +896,7 @@ int main(int argc, char **argv) {
                "bandwidth {:.1f} GB/s\n",
                options.threads, peak.gflops, peak.kind, bandwidth);
     fmt::print("f32, B={}, H={}, Lq = Lk = L; median of {} run{} after a warm-up", batch,
-               layers[0]->info.heads, options.runs, options.runs == 1 ? "" : "s");
+               layers[0].first->info.heads, options.runs, options.runs == 1 ? "" : "s");
     if (options.runs > slow_runs)
         fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
     fmt::print(
@@ -854,17 +904,24 @@ int main(int argc, char **argv) {
         "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
         "GFLOP/s, and ratio = the median over the rounds of its ms / attngen ms;\n"
         "each round times attngen and both peers back to back)\n"
-        "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both\n\n",
-        relative_tolerance, absolute_tolerance);
+        "reference: the layer generated with attngen's reference schedule (every stage at root, "
+        "one thread, no vectorization, the L x L scores stored), timed apart, up to L = {}; "
+        "ratio = its ms / attngen ms\n"
+        "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both, and the same "
+        "for the reference against attngen\n\n",
+        options.reference_max_len, relative_tolerance, absolute_tolerance);
     // A peer's columns: "<library> ms", its GFLOP/s and the ratio, as wide as their headings.
     auto peer_ms_heading = [](Blas blas) { return fmt::format("{} ms", blas_name(blas)); };
-    // The columns every table shares after its own leading ones: attngen, each peer, check.
-    auto print_header = [&](const std::string &leading) {
+    // The columns every table shares after its own leading ones: attngen, each peer, the
+    // reference schedule (prefill only), check.
+    auto print_header = [&](const std::string &leading, bool with_reference) {
         std::string header =
             leading + fmt::format("{:>10} | {:>7} | {:>5} | ", "attngen ms", "GFLOP/s", "peak");
         for (Blas blas : peers)
             header +=
                 fmt::format("{} | {:>7} | {:>6} | ", peer_ms_heading(blas), "GFLOP/s", "ratio");
+        if (with_reference)
+            header += fmt::format("{:>12} | {:>6} | ", "reference ms", "ratio");
         header += "check";
         fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
         std::fflush(stdout);
@@ -872,7 +929,8 @@ int main(int argc, char **argv) {
     int failures = 0;
     // The runtime picks a layer's code path on every call; report the first row's.
     std::optional<attngen::CpuVariant> code_path;
-    auto print_row = [&](const std::string &leading, const RowResult &row, double flops) {
+    auto print_row = [&](const std::string &leading, const RowResult &row, double flops,
+                         bool with_reference) {
         if (!code_path)
             code_path = row.code_path;
         if (std::strcmp(row.check, "ok") != 0)
@@ -886,6 +944,9 @@ int main(int argc, char **argv) {
                             column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
                             column(flops / ms * 1e-6, 7, 1), column(row.ratio[i], 6, 2, "x"));
         }
+        if (with_reference)
+            peer_columns += fmt::format("{} | {} | ", column(row.reference_ms, 12, 1),
+                                        column(row.reference_ratio, 6, 0, "x"));
         fmt::print("{}{} | {} | {} | {}{}\n", leading, column(row.attngen_ms, 10, 3),
                    column(gflops, 7, 1),
                    column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
@@ -893,8 +954,8 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
     };
 
-    print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"));
-    for (const attngen::Layer *layer : layers) {
+    print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"), true);
+    for (auto [layer, reference_layer] : layers) {
         const attngen::LayerInfo &info = layer->info;
         for (int64_t length : lengths) {
             if (length > options.max_len)
@@ -903,7 +964,10 @@ int main(int argc, char **argv) {
                                  info.head_dim * (info.causal ? 0.5 : 1.0);
             print_row(fmt::format("{:>4} | {:<6} | {:>5} | ", info.head_dim,
                                   info.causal ? "causal" : "none", length),
-                      measure(*layer, length, options.runs, peer_pool), flops);
+                      measure(*layer,
+                              length <= options.reference_max_len ? reference_layer : nullptr,
+                              length, options.runs, peer_pool),
+                      flops, true);
         }
     }
 
@@ -914,7 +978,7 @@ int main(int argc, char **argv) {
                    "projections per (block of {} rows, head), the math path per head, the heads "
                    "gathered and one output sgemm per block of rows\n\n",
                    options.runs, projection_rows);
-        print_header(fmt::format("{:>5} | {:>5} | ", "M", "L"));
+        print_header(fmt::format("{:>5} | {:>5} | ", "M", "L"), false);
         for (const attngen::Layer *layer : {&bench_mha512_layer(), &bench_mha1024_layer()}) {
             const double model = layer->info.model_dim;
             for (int64_t length : mha_lengths) {
@@ -923,7 +987,7 @@ int main(int argc, char **argv) {
                 const double flops =
                     8.0 * length * model * model + 4.0 * double(length) * double(length) * model;
                 print_row(fmt::format("{:>5} | {:>5} | ", layer->info.model_dim, length),
-                          measure_mha(*layer, length, options.runs, peer_pool), flops);
+                          measure_mha(*layer, length, options.runs, peer_pool), flops, false);
             }
         }
     }
