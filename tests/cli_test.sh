@@ -92,6 +92,9 @@ expect 1 "compile without -o" "$attngen" compile "$spec" --target x86-64-linux
 expect 1 "compile naming a layer twice" "$attngen" compile "$spec" --target x86-64-linux \
     --layers alibi,alibi -o "$work/lib4"
 contains "$work/err.txt" "--layers names 'alibi' more than once" "compile names the repeated layer"
+expect 0 "compile with schedule parameters written key=value, as --help shows them" "$attngen" \
+    compile "$spec" --target x86-64-linux-avx2 --layers alibi \
+    --schedule-params key_chunk=0,query_vectors=2 -o "$work/lib_params"
 
 expect 0 "run softcap" "$attngen" run "$spec" --layer softcap --shape 2,19,23 --scalar cap=0.8 --runs 2
 contains "$work/out.txt" ": ok" "run checks against the reference"

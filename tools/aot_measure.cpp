@@ -131,8 +131,7 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
     fs::create_directories(dir, error);
 
     // Generate, as `attngen compile` does (':' because GenGen reserves '=' in values).
-    std::string schedule_params = to_string(params);
-    std::replace(schedule_params.begin(), schedule_params.end(), '=', ':');
+    const std::string schedule_params = to_string(params);
     std::vector<std::string> words = {"-g",
                                       "attention",
                                       "-f",
@@ -147,7 +146,7 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
                                       "schedule=auto",
                                       "shape_class=" + shape_class(problem_.shape.queries)};
     if (!schedule_params.empty())
-        words.push_back("schedule_params=" + schedule_params);
+        words.push_back(schedule_params_word(schedule_params));
     std::string errors;
     try {
         if (run_attention_generator(words, errors) != 0)

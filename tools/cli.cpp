@@ -4,6 +4,7 @@
 #include "Halide.h"
 #include "scratch_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -28,6 +29,11 @@ int run_attention_generator(std::vector<std::string> words, std::string &errors)
         Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(), stream);
     errors = stream.str();
     return status;
+}
+
+std::string schedule_params_word(std::string params) {
+    std::replace(params.begin(), params.end(), '=', ':');
+    return "schedule_params=" + params;
 }
 
 std::string Arguments::value(const std::string &option, const std::string &fallback) const {

@@ -45,6 +45,13 @@ std::optional<long> parse_integer(const std::string &text, long low, long high);
  */
 int run_attention_generator(std::vector<std::string> words, std::string &errors);
 
+/**
+ * The Generator's `schedule_params=...` word for "key=value,..." (or "key:value,...")
+ * parameters. GenGen refuses a value that holds '=', so they are passed as "key:value,...",
+ * which the schedules read alike.
+ */
+std::string schedule_params_word(std::string params);
+
 /** Splits "a,b,c" (empty parts are dropped). */
 std::vector<std::string> split_list(const std::string &text);
 

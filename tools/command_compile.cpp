@@ -144,7 +144,7 @@ int generate_layer(const std::string &file, const AttentionSpec &spec,
                                       "layer=" + spec.name,
                                       "schedule=" + schedule};
     if (!schedule_params.empty()) // GenGen refuses an empty value
-        words.push_back("schedule_params=" + schedule_params);
+        words.push_back(schedule_params_word(schedule_params));
     if (!tuned.empty())
         words.push_back("tuned=" + tuned);
     words.push_back("shape_class=" + shape_class);
