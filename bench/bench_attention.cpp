@@ -441,6 +441,21 @@ template <typename Value> double max_abs(const std::vector<Value> &values) {
     return largest;
 }
 
+/**
+ * Whether `actual` agrees with `expected`: max |actual - expected| <= relative_tolerance *
+ * max |expected| + absolute_tolerance. If not, says so on stderr, naming the comparison `what`.
+ */
+template <typename Expected>
+bool agrees(const std::string &what, const std::vector<float> &actual,
+            const std::vector<Expected> &expected) {
+    const double limit = relative_tolerance * max_abs(expected) + absolute_tolerance;
+    const double diff = max_abs_diff(actual, expected);
+    if (diff <= limit)
+        return true;
+    fmt::print(stderr, "bench_attention: {} = {:g} > {:g}\n", what, diff, limit);
+    return false;
+}
+
 constexpr Blas peers[] = {Blas::openblas, Blas::onednn};
 
 /** One row of the table; attngen_ms is NaN when the layer failed. */
@@ -482,13 +497,9 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
         slowest_warm_up = std::max(slowest_warm_up, elapsed_ms([&] { run_peer(blas); }));
         if (!status)
             continue;
-        const double limit = relative_tolerance * max_abs(reference) + absolute_tolerance;
-        const double diff = max_abs_diff(out, reference);
-        if (!(diff <= limit)) {
-            fmt::print(stderr, "bench_attention: {} at L={}: max|attngen - {}| = {:g} > {:g}\n",
-                       name, length, blas_name(blas), diff, limit);
+        if (!agrees(fmt::format("{} at L={}: max|attngen - {}|", name, length, blas_name(blas)),
+                    out, reference))
             row.check = "MISMATCH";
-        }
     }
 
     // Short calls are timed right after an untimed call of their own, as they run back to
@@ -564,17 +575,16 @@ RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_l
     std::vector<float> reference_out(out.size());
     attngen::Arguments reference_args = args;
     reference_args.out = attngen::mutable_view(reference_out.data(), {batch, heads, length, dim});
-    attngen::Status status = attngen::run(*reference_layer, reference_args); // warm-up, checked
-    const double limit = relative_tolerance * max_abs(out) + absolute_tolerance;
-    const double diff = max_abs_diff(reference_out, out);
-    if (!status || !(diff <= limit)) {
-        if (!status)
-            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", reference_layer->info.name,
-                       length, status.message());
-        else
-            fmt::print(stderr,
-                       "bench_attention: {} at L={}: max|reference - attngen| = {:g} > {:g}\n",
-                       reference_layer->info.name, length, diff, limit);
+    // The warm-up call, checked.
+    if (attngen::Status status = attngen::run(*reference_layer, reference_args); !status) {
+        fmt::print(stderr, "bench_attention: {} at L={}: {}\n", reference_layer->info.name, length,
+                   status.message());
+        row.check = "ERROR";
+        return row;
+    }
+    if (!agrees(
+            fmt::format("{} at L={}: max|reference - attngen|", reference_layer->info.name, length),
+            reference_out, out)) {
         row.check = "MISMATCH";
         return row;
     }
@@ -768,12 +778,9 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int ru
     }
     const std::vector<double> want = decode_reference(info, key_len, set[0].query.data(),
                                                       set[0].key.data(), set[0].value.data());
-    const double worst = max_abs_diff(set[0].out, want);
-    if (!(worst <= relative_tolerance * max_abs(want) + absolute_tolerance)) {
-        fmt::print(stderr, "bench_attention: {} at Lk={}: max|attngen - reference| = {:g}\n",
-                   info.name, key_len, worst);
+    if (!agrees(fmt::format("{} at Lk={}: max|attngen - reference|", info.name, key_len),
+                set[0].out, want))
         result.check = "MISMATCH";
-    }
     return result;
 }
 

@@ -41,4 +41,15 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     return in;
 }
 
+Halide::ImageParam bind_image_param(const AttentionSpec &spec, const EntryArgument &entry,
+                                    BoundArguments &bound) {
+    Halide::ImageParam image(argument_type(spec, entry), static_cast<int>(entry.dims.size()),
+                             entry.name);
+    constrain_argument(image, entry.dims);
+    for (int i = 0; i < image.dimensions(); i++)
+        bound.extents[entry.name].push_back(image.dim(i).extent());
+    bound.buffers[entry.name] = image;
+    return image;
+}
+
 } // namespace attngen

@@ -23,6 +23,13 @@ struct BoundArguments {
 AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arguments);
 
 /**
+ * An ImageParam for the buffer argument `entry` (JIT pipelines and lowering), constrained as
+ * every generated layer is (constrain_argument) and entered in `bound` with its extents.
+ */
+Halide::ImageParam bind_image_param(const AttentionSpec &spec, const EntryArgument &entry,
+                                    BoundArguments &bound);
+
+/**
  * Constrains a buffer argument (a Generator Input/Output or an ImageParam) as every generated
  * layer is: mins 0, and the extents that are fixed at generation time.
  */

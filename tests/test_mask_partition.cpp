@@ -53,16 +53,9 @@ MaskedStores lower_layer(const std::string &mask, const std::string &schedule_pa
     REQUIRE(errors.empty());
 
     attngen::BoundArguments bound;
-    for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec)) {
-        if (entry.kind != attngen::EntryArgument::Kind::buffer)
-            continue;
-        Halide::ImageParam image(attngen::argument_type(spec, entry),
-                                 static_cast<int>(entry.dims.size()), entry.name);
-        attngen::constrain_argument(image, entry.dims);
-        for (int i = 0; i < image.dimensions(); i++)
-            bound.extents[entry.name].push_back(image.dim(i).extent());
-        bound.buffers[entry.name] = image;
-    }
+    for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
+        if (entry.kind == attngen::EntryArgument::Kind::buffer)
+            attngen::bind_image_param(spec, entry, bound);
     const Halide::Target target("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
     Halide::Func out("out");
     attngen::AttentionStages stages = attngen::build_attention(

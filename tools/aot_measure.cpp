@@ -130,7 +130,7 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
     std::error_code error;
     fs::create_directories(dir, error);
 
-    // Generate, as `attngen compile` does (':' because GenGen reserves '=' in values).
+    // Generate, as `attngen compile` does.
     const std::string schedule_params = to_string(params);
     std::vector<std::string> words = {"-g",
                                       "attention",

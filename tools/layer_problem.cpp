@@ -198,15 +198,9 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
             problem.scalar_params.push_back(parameter);
             break;
         }
-        case EntryArgument::Kind::buffer: {
-            Halide::ImageParam image(type, static_cast<int>(entry.dims.size()), entry.name);
-            constrain_argument(image, entry.dims);
-            for (int i = 0; i < image.dimensions(); i++)
-                problem.bound.extents[entry.name].push_back(image.dim(i).extent());
-            problem.bound.buffers[entry.name] = image;
-            problem.images.emplace(entry.name, image);
+        case EntryArgument::Kind::buffer:
+            problem.images.emplace(entry.name, bind_image_param(spec, entry, problem.bound));
             break;
-        }
         }
     }
     problem.inputs = make_inputs(problem, seed);
