@@ -1,8 +1,10 @@
-// The CPU schedule skeleton shared by x86 and ARM: one parallel task per (batch, head, query
-// tile). Inside a task the keys are walked in flash chunks (key_chunk; 0: whole rows): a
-// chunk's scores are computed, masked and turned into probabilities while they are in L1,
-// vectorized along queries (K is broadcast from an aligned row-major copy, no transpose); its
-// P·V is register-blocked and vectorized along head_dim; the chunks combine exactly.
+// The CPU schedule skeleton shared by x86 and ARM: one parallel task per (batch, kv head, query
+// tile), covering every query head of the kv head's group. Inside a task the keys are walked in
+// flash chunks (key_chunk; 0: whole rows), each chunk by the group's heads in turn while its K
+// and V rows are in cache: a chunk's scores are computed, masked and turned into probabilities
+// while they are in L1, vectorized along queries (K is broadcast from an aligned row-major copy,
+// no transpose); its P·V is register-blocked and vectorized along head_dim; the chunks combine
+// exactly.
 // The projections are packed GEMMs (each weight transposed once per call, register tiles that
 // broadcast activations); in decode, the projections over a few rows (Q and the output, and K
 // and V in self-attention) read the weights in place as dot products instead. The blocks come from
@@ -429,24 +431,30 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         }
     }
 
-    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"};
+    // A task is a query tile of every query head of one kv head's group (g runs inside it), so
+    // the group's heads share each K/V chunk while it is in cache.
+    const int group = s.spec.group_size();
+    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
     Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
     core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf)
         .split(q_inner, q_block, q_lane, query_block)
         .split(d, d_outer, d_inner, d_block)
-        .reorder(d_inner, q_lane, d_outer, q_block, q_outer, h, b)
+        .split(h, kv, g, group)
+        .reorder(d_inner, q_lane, d_outer, q_block, g, q_outer, kv, b)
         .vectorize(d_inner, d_vec)
         .unroll(q_lane)
-        .fuse(q_outer, h, tile)
+        .fuse(q_outer, kv, tile)
         .fuse(tile, b, tile)
         .parallel(tile);
+    const Halide::LoopLevel head_at(core, g);
 
-    // Per tile: the scaled queries, transposed so that queries are the vector lanes.
+    // Per tile: the group's scaled queries, transposed so that queries are the vector lanes.
     // The last tile of a row may be short (GuardWithIf); bounding the extents of the stages
     // inside a tile keeps their loops constant so they unroll and vectorize.
     s.q_heads.in(s.scores)
-        .compute_at(core, tile)
+        .compute_at(s.kv_chunk > 0 ? Halide::LoopLevel(core, tile) : head_at)
         .bound_extent(q, query_tile)
+        .bound_extent(h, s.kv_chunk > 0 ? group : 1)
         .reorder_storage(q, d)
         .reorder(q, d)
         .vectorize(q, lanes);
@@ -475,22 +483,24 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     };
 
     // The flash form walks the keys in chunks inside the tile: everything from the scores to
-    // the chunk's partial output is computed per chunk (`partials` loops over chunks outermost),
-    // so the scores and probabilities of a chunk stay in L1, and the P·V blocks reuse the
-    // chunk's V rows from L1. Without chunks the tile's whole rows are computed at once.
-    Halide::LoopLevel rows_at(core, tile);
+    // the chunk's partial output is computed per chunk and head (`partials` loops over chunks
+    // outermost, then the group's heads), so the scores and probabilities of a chunk stay in
+    // L1, the P·V blocks reuse the chunk's V rows from L1, and the group's heads reuse its K
+    // and V rows from L1 and L2. Without chunks each head's whole rows are computed at once.
+    Halide::LoopLevel rows_at = head_at;
     Func max_stage = s.row_max, sum_stage = s.row_sum, out_stage = s.weighted_sum;
     Func block_consumer = core;
     if (s.kv_chunk > 0) {
         Var j = s.j;
         s.partials.compute_at(core, tile)
             .bound_extent(q, query_tile)
+            .bound_extent(h, group)
             .split(q, q_block, q_lane, query_block)
             .split(d, d_outer, d_inner, d_block)
-            .reorder(d_inner, q_lane, d_outer, q_block, j, h, b)
+            .reorder(d_inner, q_lane, d_outer, q_block, h, j, b)
             .vectorize(d_inner, d_vec)
             .unroll(q_lane);
-        rows_at = Halide::LoopLevel(s.partials, j);
+        rows_at = Halide::LoopLevel(s.partials, h);
         max_stage = s.part_max;
         sum_stage = s.part_sum;
         out_stage = s.part_out;
@@ -499,11 +509,11 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         s.part_out.bound_extent(j, 1);
         for (Func stage : {s.part_max, s.part_sum})
             stage.bound_extent(j, 1).reorder_storage(q, j);
-        // The combine, per tile: chunk weights and row sums along queries, the weighted partial
-        // outputs in the same register blocks as the output.
-        row_statistic(s.row_max, Halide::LoopLevel(core, tile), s.r_chunks.x);
-        row_statistic(s.row_sum, Halide::LoopLevel(core, tile), s.r_chunks.x);
-        s.part_scale.compute_at(core, tile)
+        // The combine, per head of the tile: chunk weights and row sums along queries, the
+        // weighted partial outputs in the same register blocks as the output.
+        row_statistic(s.row_max, head_at, s.r_chunks.x);
+        row_statistic(s.row_sum, head_at, s.r_chunks.x);
+        s.part_scale.compute_at(head_at)
             .bound_extent(q, query_tile)
             .reorder_storage(q, j)
             .reorder(q, j)
