@@ -442,6 +442,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .split(h, kv, g, group)
         .reorder(d_inner, q_lane, d_outer, q_block, g, q_outer, kv, b)
         .vectorize(d_inner, d_vec)
+        .unroll(d_inner)
         .unroll(q_lane)
         .fuse(q_outer, kv, tile)
         .fuse(tile, b, tile)
@@ -464,7 +465,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // where one chain per vector waited on each add's latency.
     Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
     auto row_statistic = [&](Func stage, const Halide::LoopLevel &at, const Halide::RVar &r) {
-        stage.compute_at(at).bound_extent(q, query_tile).vectorize(q, lanes);
+        stage.compute_at(at).bound_extent(q, query_tile).vectorize(q, lanes).unroll(q);
         stage.update()
             .split(q, q_vector, q_vlane, lanes)
             .reorder(q_vlane, q_vector, r)
@@ -499,6 +500,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             .split(d, d_outer, d_inner, d_block)
             .reorder(d_inner, q_lane, d_outer, q_block, h, j, b)
             .vectorize(d_inner, d_vec)
+            .unroll(d_inner)
             .unroll(q_lane);
         rows_at = Halide::LoopLevel(s.partials, h);
         max_stage = s.part_max;
@@ -517,7 +519,8 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             .bound_extent(q, query_tile)
             .reorder_storage(q, j)
             .reorder(q, j)
-            .vectorize(q, lanes);
+            .vectorize(q, lanes)
+            .unroll(q);
         register_block(s.weighted_sum, core, s.r_chunks.x);
     }
 
@@ -529,6 +532,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .split(k, k_outer, k_inner, params.key_block)
         .reorder(q, k_inner, k_outer)
         .vectorize(q, lanes)
+        .unroll(q)
         .unroll(k_inner);
     s.scores.compute_at(s.masked, k_outer)
         .bound_extent(q, query_tile)
@@ -546,7 +550,8 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .bound_extent(q, query_tile)
         .reorder_storage(q, k)
         .reorder(q, k)
-        .vectorize(q, lanes);
+        .vectorize(q, lanes)
+        .unroll(q);
     row_statistic(sum_stage, rows_at, s.r_keys.x);
     register_block(out_stage, block_consumer, s.r_keys.x);
 }
