@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace attngen {
 
@@ -205,23 +206,42 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // The structured masks bound each query's keys: the reductions below visit only
     // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
     // causal, window or padding mask hides from a whole tile are skipped rather than computed
-    // and zeroed. The elementwise mask above still decides every key inside the range.
+    // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
+    // causal tile stop at their own diagonal. The elementwise mask above still decides every key
+    // inside the range.
     const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
-    Expr key_begin = 0, key_end = in.key_len;
-    if (bounded) {
-        const int block = std::max(options.query_block, 1);
+    // [begin, end) of the keys visible to some query of q's aligned block of `block` queries.
+    auto key_range = [&](int block) -> std::pair<Expr, Expr> {
+        Expr begin = 0, end = in.key_len;
+        if (!bounded)
+            return {begin, end};
+        block = std::max(block, 1);
         Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
         Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
         Expr last_q = first_q + (block - 1);
         if (spec.mask.causal)
-            key_end = Halide::min(key_end, last_q + offset + 1);
+            end = Halide::min(end, last_q + offset + 1);
         if (spec.mask.window > 0) {
-            key_begin = Halide::max(key_begin, first_q + offset - (spec.mask.window - 1));
-            key_end = Halide::min(key_end, last_q + offset + spec.mask.window);
+            begin = Halide::max(begin, first_q + offset - (spec.mask.window - 1));
+            end = Halide::min(end, last_q + offset + spec.mask.window);
         }
         if (spec.mask.key_padding)
-            key_end = Halide::min(key_end, in.key_lengths(b));
-    }
+            end = Halide::min(end, in.key_lengths(b));
+        return {begin, end};
+    };
+    const auto [key_begin, key_end] = key_range(options.query_block);
+    const bool own_values =
+        bounded && options.value_block > 0 && options.value_block < options.query_block;
+    // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
+    // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
+    auto value_keys = [&](const Expr &extent, const Expr &first) {
+        if (!own_values)
+            return s.r_keys;
+        RDom r(0, extent, "r_values");
+        const auto [begin, end] = key_range(options.value_block);
+        r.where(first + r.x >= begin && first + r.x < end);
+        return r;
+    };
 
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN.
@@ -242,9 +262,10 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.row_sum(q, h, b) = 0.0f;
         s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
         // O = P V, normalized once per output element.
+        s.r_values = value_keys(in.key_len, 0);
         s.weighted_sum(d, q, h, b) = 0.0f;
         s.weighted_sum(d, q, h, b) +=
-            s.probs(s.r_keys, q, h, b) * s.v_heads(d, s.r_keys, kv_head, b);
+            s.probs(s.r_values, q, h, b) * s.v_heads(d, s.r_values, kv_head, b);
     } else {
         // Split-KV: partial statistics and output per chunk of keys, then an exact combine.
         const int chunk = options.kv_chunk;
@@ -258,11 +279,13 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.probs(k, q, h, b) = probability(k, s.part_max(k / chunk, q, h, b));
         s.part_sum(j, q, h, b) = 0.0f;
         s.part_sum(j, q, h, b) += s.probs(key, q, h, b);
+        s.r_values = value_keys(chunk, j * chunk);
+        Expr value_key = j * chunk + s.r_values.x;
         s.part_out(d, j, q, h, b) = 0.0f;
         // The last chunk may run past Lk: its extra keys are never visited, but bounds
         // inference does not see the `where`, so the read of V is clamped.
-        s.part_out(d, j, q, h, b) +=
-            s.probs(key, q, h, b) * s.v_heads(d, Halide::min(key, last_key), kv_head, b);
+        s.part_out(d, j, q, h, b) += s.probs(value_key, q, h, b) *
+                                     s.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
 
         // Chunks wholly outside the visible range are not visited.
         s.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");

@@ -89,6 +89,12 @@ struct AttentionStages {
      * r_chunks over the chunks.
      */
     Halide::RDom r_head_dim, r_keys, r_model, r_concat, r_chunks;
+    /**
+     * The keys of P·V's reduction (weighted_sum or part_out): r_keys, or, with a structured
+     * mask and AlgorithmOptions::value_block, the same keys bounded per block of value_block
+     * queries rather than query_block.
+     */
+    Halide::RDom r_values;
     /** Keys per chunk of the split-KV form; 0 when the keys are reduced in one pass. */
     int kv_chunk = 0;
 
@@ -110,6 +116,13 @@ struct AlgorithmOptions {
      * 1 gives each query its own range.
      */
     int query_block = 1;
+    /**
+     * Aligned blocks of this many queries (a divisor of query_block) take their key ranges
+     * together in P·V alone, whose register blocks are smaller than the softmax's tiles: a
+     * causal tile's P·V blocks then stop at their own diagonal rather than the tile's.
+     * 0: query_block.
+     */
+    int value_block = 0;
     /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
     int kv_chunk = 0;
     /**

@@ -301,7 +301,11 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // of head_dim held in registers instead read V in strided passes, measured 1.4x slower at
     // H=32 Hkv=8 D=128 Lk=32768.
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
-    s.part_out.update().reorder(d, h, s.r_keys.x, q, j, b).vectorize(d, d_vec).unroll(d).unroll(h);
+    s.part_out.update()
+        .reorder(d, h, s.r_values.x, q, j, b)
+        .vectorize(d, d_vec)
+        .unroll(d)
+        .unroll(h);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
     Var combine{"combine_task"};
@@ -553,7 +557,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         .vectorize(q, lanes)
         .unroll(q);
     row_statistic(sum_stage, rows_at, s.r_keys.x);
-    register_block(out_stage, block_consumer, s.r_keys.x);
+    register_block(out_stage, block_consumer, s.r_values.x);
 }
 
 } // namespace attngen

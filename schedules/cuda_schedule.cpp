@@ -189,15 +189,15 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     // thread reduces its share of a chunk in registers (the returned intermediate) and adds it
     // once to the block's accumulator. `stat` is spread over the threads by (x, y); the chunk
     // loop is outside the heads of the group, so a staged chunk serves all of them.
-    auto reduce_by_chunks = [&](Func stat, const Var &x, int x_unroll, const Var &y, int y_unroll,
-                                const RVar &chunk_var, const RVar &key_in_chunk,
-                                const std::string &prefix) {
+    auto reduce_by_chunks = [&](Func stat, const RVar &keys, const Var &x, int x_unroll,
+                                const Var &y, int y_unroll, const RVar &chunk_var,
+                                const RVar &key_in_chunk, const std::string &prefix) {
         stat.compute_at(walk, qo);
         spread(stat, x, x_unroll, y, y_unroll, prefix + "_init");
         Var u{prefix + "_u"};
         Func partial =
             stat.update()
-                .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
+                .split(keys, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
                 .rfactor(chunk_var, u);
         if (y.same_as(h))
             stat.update().reorder(outer_loops({x, h}, chunk_var));
@@ -216,8 +216,8 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     // never kept). Cloned after rfactor, whose intermediate is what reads them.
     {
         RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
-        Func partial =
-            reduce_by_chunks(max_stat, q, q_unroll, h, 1, chunk_var, key_in_chunk, "max");
+        Func partial = reduce_by_chunks(max_stat, s.r_keys.x, q, q_unroll, h, 1, chunk_var,
+                                        key_in_chunk, "max");
         Func chunk = s.masked.clone_in(partial);
         Func scores = s.scores.clone_in(chunk);
         stage_chunk(chunk, scores, max_stat, chunk_var, "max");
@@ -227,8 +227,8 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
     // q_unroll outputs per head of the group.
     RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
-    Func pv_partial =
-        reduce_by_chunks(out_stat, d, d_unroll, q, q_unroll, chunk_var, key_in_chunk, "pv");
+    Func pv_partial = reduce_by_chunks(out_stat, s.r_values.x, d, d_unroll, q, q_unroll, chunk_var,
+                                       key_in_chunk, "pv");
     if (head_dim % threads_x == 0) {
         // Exact: threads_x x d_unroll == head_dim, so the micro-tile never leaves the head.
         pv_partial.bound_extent(d, d_unroll).unroll(d);

@@ -214,6 +214,9 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         break;
     case ResolvedSchedule::Family::cpu:
         options.query_block = cpu_query_tile(target, resolved.cpu);
+        // P·V's register blocks, where they tile the query tile from its start.
+        if (options.query_block % resolved.cpu.query_block == 0)
+            options.value_block = resolved.cpu.query_block;
         options.kv_chunk =
             resolved.cpu.kv_chunk > 0 ? resolved.cpu.kv_chunk : resolved.cpu.key_chunk;
         // Measured with `attngen run` (AVX-512, 2 threads, heads 8, D 64, L 2048, tuned

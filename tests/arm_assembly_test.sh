@@ -20,8 +20,9 @@ loop_body() { # loop_body FILE PATTERN
 check_layer() { # check_layer NAME TARGET PARAMS...
     local name=$1 target=$2
     shift 2
-    local pv_stage='for part_out$1.s1.r_keys'
-    [[ " $* " == *" schedule_params=key_chunk:0 "* ]] && pv_stage='for weighted_sum$1.s1.r_keys'
+    # P·V's loop over keys: r_keys, or r_values where a mask bounds it per register block.
+    local pv_stage='for part_out$1.s1.r_'
+    [[ " $* " == *" schedule_params=key_chunk:0 "* ]] && pv_stage='for weighted_sum$1.s1.r_'
     if ! "$generator" -g attention -f "$name" -e assembly -o "$work" \
         "target=$target-no_runtime" "$@" > "$work/$name.log" 2>&1; then
         echo "FAILED: generating $name for $target"; cat "$work/$name.log"

@@ -4,6 +4,8 @@
 //   they cut. A tile's masked scores are computed a block of keys at a time; that loop must come
 //   in two kinds of copies: one whose stores carry no mask test (blocks every query of the tile
 //   sees) and one whose stores do (the diagonal, a window's edges, the padding boundary).
+// - With a causal, window or padding mask, P·V's loop over keys is bounded per register block
+//   of queries (r_values), not per tile, where the blocks tile the tile from its start.
 // - Grouped-query heads share each K/V chunk: inside a tile the loop over the flash chunks runs
 //   outside the loop over the kv head's group of query heads, which computes the scores.
 #include "dsl/attention_algorithm.h"
@@ -83,6 +85,22 @@ MaskedStores masked_stores(const std::string &mask, const std::string &schedule_
     return stores;
 }
 
+/** Counts the loops whose name holds `part`. */
+class LoopsNamed : public IRVisitor {
+  public:
+    explicit LoopsNamed(std::string part) : part_(std::move(part)) {}
+    int count = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string part_;
+
+    void visit(const For *op) override {
+        count += op->name.find(part_) != std::string::npos;
+        IRVisitor::visit(op);
+    }
+};
+
 /**
  * Finds the stores into the scores made inside a loop over the flash chunks (partials' j) and,
  * within it, a loop over query heads (partials' h), and records that loop's extent.
@@ -154,4 +172,26 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
             CHECK(nest.head_extents == std::vector<int>{group});
         }
     }
+}
+
+TEST_CASE("with a structured mask, each P·V block visits its own keys") {
+    auto value_loops = [](const std::string &mask, const std::string &schedule_params) {
+        LoopsNamed loops(".s1.r_values");
+        for (const Stmt &body :
+             lower_layer({{"heads", "2"}, {"head_dim", "32"}, {"mask", mask}}, schedule_params))
+            body.accept(&loops);
+        return loops.count;
+    };
+    // AVX2: 8 lanes; query tiles of 16 or 24 queries.
+    for (const std::string schedule_params :
+         {"query_vectors=2,query_block=4", "query_vectors=3,query_block=6,key_chunk=0"}) {
+        for (const std::string mask : {"causal", "window(40)", "padding"}) {
+            INFO("mask " << mask << ", schedule parameters '" << schedule_params << "'");
+            CHECK(value_loops(mask, schedule_params) > 0);
+        }
+        INFO("no mask, schedule parameters '" << schedule_params << "'");
+        CHECK(value_loops("none", schedule_params) == 0);
+    }
+    // Blocks of 5 do not tile a 16-query tile from its start: the tile's bounds serve.
+    CHECK(value_loops("causal", "query_vectors=2,query_block=5") == 0);
 }
