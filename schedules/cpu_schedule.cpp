@@ -438,28 +438,34 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // A task is a query tile of every query head of one kv head's group (g runs inside it), so
     // the group's heads share each K/V chunk while it is in cache.
     const int group = s.spec.group_size();
+    const bool flash = s.kv_chunk > 0;
     Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
     Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
-    core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf)
-        .split(q_inner, q_block, q_lane, query_block)
-        .split(d, d_outer, d_inner, d_block)
-        .split(h, kv, g, group)
-        .reorder(d_inner, q_lane, d_outer, q_block, g, q_outer, kv, b)
-        .vectorize(d_inner, d_vec)
-        .unroll(d_inner)
-        .unroll(q_lane)
-        .fuse(q_outer, kv, tile)
-        .fuse(tile, b, tile)
-        .parallel(tile);
+    // The output's and the partials' register blocks: query_block queries x d_block features,
+    // under the `outer` loops. Every loop inside a block is unrolled, so that LLVM keeps the
+    // block's accumulators in registers (a rolled loop indexes them, and they go to the stack).
+    auto output_blocks = [&](Func stage, const Var &queries, std::vector<Halide::VarOrRVar> outer) {
+        outer.insert(outer.begin(), {d_inner, q_lane, d_outer, q_block});
+        stage.split(queries, q_block, q_lane, query_block)
+            .split(d, d_outer, d_inner, d_block)
+            .reorder(outer)
+            .vectorize(d_inner, d_vec)
+            .unroll(d_inner)
+            .unroll(q_lane);
+    };
+    core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf).split(h, kv, g, group);
+    output_blocks(core, q_inner, {g, q_outer, kv, b});
+    core.fuse(q_outer, kv, tile).fuse(tile, b, tile).parallel(tile);
     const Halide::LoopLevel head_at(core, g);
 
-    // Per tile: the group's scaled queries, transposed so that queries are the vector lanes.
-    // The last tile of a row may be short (GuardWithIf); bounding the extents of the stages
-    // inside a tile keeps their loops constant so they unroll and vectorize.
+    // The group's scaled queries, transposed so that queries are the vector lanes: once per tile
+    // for the whole group in the flash form, whose chunks take the group's heads in turn; per
+    // head with whole rows. The last tile of a row may be short (GuardWithIf); bounding the
+    // extents of the stages inside a tile keeps their loops constant so they unroll and vectorize.
     s.q_heads.in(s.scores)
-        .compute_at(s.kv_chunk > 0 ? Halide::LoopLevel(core, tile) : head_at)
+        .compute_at(flash ? Halide::LoopLevel(core, tile) : head_at)
         .bound_extent(q, query_tile)
-        .bound_extent(h, s.kv_chunk > 0 ? group : 1)
+        .bound_extent(h, flash ? group : 1)
         .reorder_storage(q, d)
         .reorder(q, d)
         .vectorize(q, lanes);
@@ -495,17 +501,10 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     Halide::LoopLevel rows_at = head_at;
     Func max_stage = s.row_max, sum_stage = s.row_sum, out_stage = s.weighted_sum;
     Func block_consumer = core;
-    if (s.kv_chunk > 0) {
+    if (flash) {
         Var j = s.j;
-        s.partials.compute_at(core, tile)
-            .bound_extent(q, query_tile)
-            .bound_extent(h, group)
-            .split(q, q_block, q_lane, query_block)
-            .split(d, d_outer, d_inner, d_block)
-            .reorder(d_inner, q_lane, d_outer, q_block, h, j, b)
-            .vectorize(d_inner, d_vec)
-            .unroll(d_inner)
-            .unroll(q_lane);
+        s.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
+        output_blocks(s.partials, q, {h, j, b});
         rows_at = Halide::LoopLevel(s.partials, h);
         max_stage = s.part_max;
         sum_stage = s.part_sum;
