@@ -1,8 +1,9 @@
 // The GPU schedule (CUDA, and the same schedule on OpenCL, which CI runs on the CPU through PoCL).
 //
 // One thread block per (query tile, kv head, batch): the query heads of a grouped-query group
-// share the block, so each K/V chunk staged in shared memory serves every query of the tile and
-// every head of the group. Scores exist only per chunk: register micro-tiles per thread, then a
+// share the block (or heads_per_block of them, where the whole group's buffers would not fit in
+// shared memory), so each K/V chunk staged in shared memory serves every query of the tile and
+// every head of the block. Scores exist only per chunk: register micro-tiles per thread, then a
 // chunk in shared memory, never a whole row in global memory. The softmax statistics and P·V are
 // reductions over keys walked chunk by chunk (rfactor: each thread reduces one chunk in registers
 // and adds it once to the block's accumulator), in two passes over K:
@@ -79,7 +80,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
                         const GpuScheduleParams &params) {
     const AttentionSpec &spec = s.spec;
     const int head_dim = spec.resolved_head_dim();
-    const int group = spec.group_size();
+    const int block_heads = gpu_heads_per_block(spec, params);
     const int query_tile = params.query_tile;
     const int key_chunk = params.key_chunk;
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
@@ -135,12 +136,12 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     Func out_stat = split ? s.part_out : s.weighted_sum;
     Var j = s.j;
 
-    // The block: a query tile of every head of one kv head's group (and of one chunk of keys in
-    // the split form). The walk's own loop is spread over the threads along head_dim (coalesced
-    // stores).
-    Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"kv_head"}, hg{"head_in_group"};
+    // The block: a query tile of block_heads heads of one kv head's group (and of one chunk of
+    // keys in the split form). block_heads divides the group, so a block's heads share their kv
+    // head. The walk's own loop is spread over the threads along head_dim (coalesced stores).
+    Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"head_block"}, hg{"head_in_block"};
     auto block_tiles = [&](Func stage) {
-        stage.split(h, kv, hg, group, TailStrategy::GuardWithIf)
+        stage.split(h, kv, hg, block_heads, TailStrategy::GuardWithIf)
             .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf);
     };
     block_tiles(walk);
@@ -154,6 +155,15 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         walk.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
     }
     spread(walk, d, 1, qi, 1, "out");
+
+    // The block's queries, scaled once and kept in shared memory for both passes (where they
+    // fit): the score loops then read them from shared memory and fuse the multiply-add. Stored
+    // with the queries innermost, so the threads that share a feature read neighbouring words.
+    if (params.stage_queries) {
+        s.q_heads.compute_at(walk, qo).reorder_storage(q, d);
+        spread(s.q_heads, d, per_thread(head_dim, threads_x), q, per_thread(query_tile, threads_y),
+               "q");
+    }
 
     const int d_unroll = per_thread(head_dim, threads_x);
     const int q_unroll = per_thread(query_tile, threads_y);
@@ -169,13 +179,20 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         auto threads =
             spread(chunk, k, k_unroll, q, q_unroll, prefix, std::min(threads_x, key_chunk));
         schedule_scores_in_thread(scores, chunk, threads.first, k, q, k_unroll, q_unroll);
-        // K chunk for these scores, head_dim along the threads (coalesced loads).
+        // K chunk for these scores, loaded with head_dim along the threads (coalesced) and
+        // stored transposed, keys innermost, in rows padded by one word: the threads of a warp
+        // then read (neighbouring keys of one feature) and write (neighbouring features of one
+        // key) distinct banks. Unpadded, either the reads or the stores of every thread in a
+        // row would fall in one bank.
         Func k_chunk = s.k_heads.in(scores);
-        k_chunk.compute_at(consumer, chunk_var).bound_extent(k, key_chunk);
+        k_chunk.compute_at(consumer, chunk_var)
+            .bound_extent(k, key_chunk)
+            .reorder_storage(k, d)
+            .align_storage(k, key_chunk + 1);
         spread(k_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), prefix + "_k");
     };
 
-    // The loops of a key reduction's update outside its threads: the heads of the group, then
+    // The loops of a key reduction's update outside its threads: the heads of the block, then
     // (split form) the chunk of the block, then the steps of key_chunk keys. The chunk loop has
     // extent 1 inside a block; naming it keeps it out from between the thread loops.
     auto outer_loops = [&](std::vector<VarOrRVar> inner, const RVar &chunk_var) {
@@ -188,7 +205,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     // A block-level reduction over keys, chunk by chunk: rfactor per chunk, so that each
     // thread reduces its share of a chunk in registers (the returned intermediate) and adds it
     // once to the block's accumulator. `stat` is spread over the threads by (x, y); the chunk
-    // loop is outside the heads of the group, so a staged chunk serves all of them.
+    // loop is outside the heads of the block, so a staged chunk serves all of them.
     auto reduce_by_chunks = [&](Func stat, const RVar &keys, const Var &x, int x_unroll,
                                 const Var &y, int y_unroll, const RVar &chunk_var,
                                 const RVar &key_in_chunk, const std::string &prefix) {
@@ -225,7 +242,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
 
     // Pass 2: the row sum and P·V fused into one walk over the keys (compute_with), sharing the
     // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
-    // q_unroll outputs per head of the group.
+    // q_unroll outputs per head of the block.
     RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
     Func pv_partial = reduce_by_chunks(out_stat, s.r_values.x, d, d_unroll, q, q_unroll, chunk_var,
                                        key_in_chunk, "pv");

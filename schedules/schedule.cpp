@@ -90,7 +90,9 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
     std::string problem = parse_params(text, {{"query_tile", &params.query_tile, 128},
                                               {"key_chunk", &params.key_chunk, 128},
-                                              {"kv_chunk", &params.kv_chunk, 65536, 0}});
+                                              {"kv_chunk", &params.kv_chunk, 65536, 0},
+                                              {"heads_per_block", &params.heads_per_block, 256},
+                                              {"stage_queries", &params.stage_queries, 1, 0}});
     // The block's threads split a chunk evenly only for a power of two.
     if (problem.empty() && (params.key_chunk & (params.key_chunk - 1)) != 0)
         problem = "schedule parameter key_chunk must be a power of two for a GPU target, got " +
@@ -105,24 +107,58 @@ int gpu_default_kv_chunk(const std::string &shape_class) {
 }
 
 int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params) {
-    // Pass 2 (row sum and P·V) holds a K chunk, a V chunk, the chunk's probabilities, the
-    // block's P·V accumulators and its row max and row sum in shared memory at once; pass 1
-    // holds less.
-    const int64_t head_dim = spec.resolved_head_dim();
+    // An upper bound on what Halide allocates for the schedule in cuda_schedule.cpp: every
+    // buffer of both passes as if none shared space. Per block: the P·V accumulators and the
+    // staged queries, if staged (head_dim x rows each), the row max and row sum, both passes'
+    // chunks of scores (key_chunk x rows each), both passes' K chunks (rows padded by a word) and
+    // the V chunk. Rows and head_dim count in whole multiples of the block's 16 x 16 threads, since
+    // Halide sizes some buffers to the threads' loops. Checked against the byte counts in the
+    // lowered CUDA kernels of 544 layers (head_dim 16-256, 1-16 heads per block, query_tile 1-64,
+    // key_chunk 8-64, with and without a mask): Halide's count was 53-98% of this one. Sharing
+    // makes the real count lower, but not by a rule simple enough to write down here.
+    auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+    const int64_t head_dim = round_up(spec.resolved_head_dim(), 16);
     const int64_t key_chunk = params.key_chunk;
-    const int64_t rows = int64_t{params.query_tile} * spec.group_size();
-    return 4 * (2 * key_chunk * head_dim + key_chunk * rows + head_dim * rows + 2 * rows);
+    const int64_t rows = round_up(params.query_tile, 16) * gpu_heads_per_block(spec, params);
+    return 4 * ((1 + params.stage_queries) * head_dim * rows + 2 * rows + 2 * key_chunk * rows +
+                (3 * key_chunk + 2) * head_dim);
+}
+
+int gpu_heads_per_block(const AttentionSpec &spec, const GpuScheduleParams &params) {
+    return params.heads_per_block > 0 ? params.heads_per_block : spec.group_size();
 }
 
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
-    // Defaults under 40 KiB, leaving room below gpu_shared_memory_limit for Halide's
-    // alignment of each allocation.
-    GpuScheduleParams params;
-    while (gpu_shared_memory_bytes(spec, params) > 40 * 1024 && params.key_chunk > 8)
-        params.key_chunk /= 2;
-    while (gpu_shared_memory_bytes(spec, params) > 40 * 1024 && params.query_tile > 1)
-        params.query_tile /= 2;
-    return params;
+    // The largest tiles that gpu_shared_memory_bytes fits in a block for `heads` heads per
+    // block: key_chunk halves first, down to 8, then query_tile.
+    auto fit = [&](int heads, int stage_queries) {
+        GpuScheduleParams params;
+        params.heads_per_block = heads;
+        params.stage_queries = stage_queries;
+        while (gpu_shared_memory_bytes(spec, params) > gpu_shared_memory_limit &&
+               params.key_chunk > 8)
+            params.key_chunk /= 2;
+        while (gpu_shared_memory_bytes(spec, params) > gpu_shared_memory_limit &&
+               params.query_tile > 1)
+            params.query_tile /= 2;
+        return params;
+    };
+    // One head per block by default. Measured on an H100 (16 query heads, 4 kv heads,
+    // head_dim 64, causal, L = 2048-4096): a whole group of 4 per block, whose buffers fit only
+    // 16 x 8 tiles, ran at 0.16 TFLOP/s; one head per block with 32 x 16 tiles at 2.6-3.1, the
+    // speed of the same layer without grouping. heads_per_block > 1 shares each staged K/V chunk
+    // across heads, for GPUs and shapes where that measures faster.
+    // Tiles: staged queries unless that leaves key_chunk under 16 (head_dim 128: 32 x 16 tiles
+    // without them ran 1.1x faster than 32 x 8 with them); query_tile under 16 only where
+    // nothing else fits.
+    const GpuScheduleParams candidates[] = {fit(1, 1), fit(1, 0)};
+    for (const GpuScheduleParams &params : candidates)
+        if (params.query_tile >= 16 && params.key_chunk >= 16)
+            return params;
+    for (const GpuScheduleParams &params : candidates)
+        if (params.query_tile >= 16)
+            return params;
+    return candidates[1];
 }
 
 namespace {
@@ -158,10 +194,16 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.gpu = gpu_schedule_params(spec);
         resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
+        const int heads = gpu_heads_per_block(spec, resolved.gpu);
+        if (resolved.problem.empty() && spec.group_size() % heads != 0)
+            resolved.problem = "schedule parameter heads_per_block must divide the " +
+                               std::to_string(spec.group_size()) +
+                               " query heads per kv head, got " + std::to_string(heads);
         const int64_t shared = gpu_shared_memory_bytes(spec, resolved.gpu);
         if (resolved.problem.empty() && shared > gpu_shared_memory_limit) {
             const std::string tiles = "query_tile=" + std::to_string(resolved.gpu.query_tile) +
-                                      " and key_chunk=" + std::to_string(resolved.gpu.key_chunk);
+                                      ", key_chunk=" + std::to_string(resolved.gpu.key_chunk) +
+                                      " and heads_per_block=" + std::to_string(heads);
             resolved.problem =
                 (params.empty() ? "the GPU schedule's smallest tiles, " + tiles +
                                       ", are too large for this layer (head_dim " +

@@ -61,12 +61,20 @@ int cpu_default_kv_chunk(const std::string &shape_class);
 int cpu_default_key_chunk(const std::string &shape_class);
 
 /**
- * The GPU schedule's tiles: a thread block computes query_tile queries of every head of one kv
- * head's group and walks the keys key_chunk at a time through shared memory.
+ * The GPU schedule's tiles: a thread block computes query_tile queries of heads_per_block query
+ * heads of one kv head's group and walks the keys key_chunk at a time through shared memory.
  */
 struct GpuScheduleParams {
     int query_tile = 32; ///< queries per thread block
     int key_chunk = 32;  ///< keys staged in shared memory per step (a power of two)
+    /**
+     * Query heads per block, a divisor of the group (query heads per kv head); 0 means the
+     * whole group. Each staged K/V chunk serves all of them; fewer leave room for larger tiles.
+     * gpu_schedule_params chooses 1.
+     */
+    int heads_per_block = 0;
+    /** 1: the block's scaled queries are staged in shared memory; 0: read where they lie. */
+    int stage_queries = 1;
     /**
      * Keys per chunk of the split-KV form (0: each block walks whole rows). With chunks, a
      * block computes one chunk's partial softmax and output, blocks run over (query tile,
@@ -84,6 +92,9 @@ constexpr int gpu_shared_memory_limit = 48 * 1024;
  * `params` (Halide sizes it at launch, so ptxas cannot report it).
  */
 int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params);
+
+/** The query heads one block of the GPU schedule computes: heads_per_block, or the group. */
+int gpu_heads_per_block(const AttentionSpec &spec, const GpuScheduleParams &params);
 
 /** The GPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
 int gpu_default_kv_chunk(const std::string &shape_class);
@@ -108,8 +119,8 @@ void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_tile 1..128,
- * key_chunk 1..128 a power of two, kv_chunk 0..65536). Returns an empty string, or what is wrong
- * with `text`.
+ * key_chunk 1..128 a power of two, kv_chunk 0..65536, heads_per_block 1..256, stage_queries
+ * 0..1). Returns an empty string, or what is wrong with `text`.
  */
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params);
 
@@ -117,7 +128,10 @@ std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams
 void apply_gpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const GpuScheduleParams &params);
 
-/** GPU tiles for the spec's head_dim that keep a block's shared memory under 48 KiB. */
+/**
+ * GPU tiles for the spec that keep a block's shared memory under 48 KiB: one head per block, the
+ * largest query_tile and key_chunk with staged queries if they keep 16 x 16 tiles, else without.
+ */
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec);
 
 /** Register blocks for x86 (16 registers for SSE/AVX2, 32 for AVX-512). */

@@ -202,16 +202,22 @@ expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec"
     --target x86-64-linux-opencl --layers alibi --schedule-params key_chunk=24 -o "$work/lib_cl"
 contains "$work/err.txt" "key_chunk must be a power of two for a GPU target, got 24" \
     "the GPU chunk rule is stated with the value given"
+expect 1 "GPU heads per block that do not divide the group" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params heads_per_block=3 \
+    -o "$work/lib_cl"
+contains "$work/err.txt" "heads_per_block must divide the 1 query heads per kv head, got 3" \
+    "the GPU heads per block are held to the group"
 expect 1 "GPU tiles that need more shared memory than a block has" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --schedule-params query_tile=128,key_chunk=128 \
     -o "$work/lib_cl"
-contains "$work/err.txt" "query_tile=128 and key_chunk=128 need 115712 bytes of shared memory" \
+contains "$work/err.txt" \
+    "query_tile=128, key_chunk=128 and heads_per_block=1 need 214272 bytes of shared memory" \
     "GPU tiles are held to the shared memory of a block"
-printf 'attention huge_group {\n  heads = 64\n  kv_heads = 1\n  head_dim = 256\n}\n' \
-    >"$work/huge_group.attn"
+printf 'attention huge_head {\n  heads = 2\n  head_dim = 512\n}\n' \
+    >"$work/huge_head.attn"
 expect 1 "a layer whose smallest GPU tiles exceed a block's shared memory" "$attngen" compile \
-    "$work/huge_group.attn" --target x86-64-linux-opencl -o "$work/lib_huge"
-contains "$work/err.txt" "smallest tiles, query_tile=1 and key_chunk=8, are too large for this layer" \
+    "$work/huge_head.attn" --target x86-64-linux-opencl -o "$work/lib_huge"
+contains "$work/err.txt" "smallest tiles, query_tile=1, key_chunk=8 and heads_per_block=1, are too large for this layer" \
     "a layer the GPU schedule cannot fit is refused with the tiles it tried"
 expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
     --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018
