@@ -488,7 +488,15 @@ int command_tune(int argc, char **argv) {
     if (target.has_gpu_feature()) {
         const GpuScheduleParams gpu = gpu_schedule_params(spec);
         space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
-                  {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk}}};
+                  {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk},
+                  {"stage_queries", {0, 1}, gpu.stage_queries}}};
+        // Heads per block: the divisors of the group, for groups that have more than one.
+        std::vector<int> heads;
+        for (int divisor = 1; divisor <= spec.group_size(); divisor++)
+            if (spec.group_size() % divisor == 0)
+                heads.push_back(divisor);
+        if (heads.size() > 1)
+            space.axes.push_back({"heads_per_block", heads, gpu.heads_per_block});
         if (decode)
             space.axes.push_back(
                 {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
