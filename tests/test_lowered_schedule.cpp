@@ -8,6 +8,8 @@
 //   of queries (r_values), not per tile, where the blocks tile the tile from its start.
 // - Grouped-query heads share each K/V chunk: inside a tile the loop over the flash chunks runs
 //   outside the loop over the kv head's group of query heads, which computes the scores.
+// - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
+//   48 KiB a CUDA block may use.
 #include "dsl/attention_algorithm.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
@@ -15,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -23,6 +26,7 @@
 namespace {
 
 using namespace Halide::Internal;
+using Halide::Expr;
 
 /** Counts the stores into the masked scores, by whether their value holds a select. */
 class MaskedStores : public IRVisitor {
@@ -51,23 +55,90 @@ class MaskedStores : public IRVisitor {
     }
 };
 
-/** The lowered x86 (AVX2) code of a layer with the spec parameters `params`. */
-std::vector<Stmt> lower_layer(const std::map<std::string, std::string> &params,
-                              const std::string &schedule_params) {
+/**
+ * The dynamic shared memory of each CUDA kernel launch (halide_cuda_run's bytes argument) in
+ * the code visited, for sequences of `length` queries and keys: the lets it sits in are
+ * substituted, the buffers' extents along the sequence (dimension 1) set to `length`. What
+ * depends on anything else does not simplify to a constant.
+ */
+class SharedMemoryOfLaunches : public IRVisitor {
+  public:
+    explicit SharedMemoryOfLaunches(int length) : length_(length) {}
+    std::vector<Expr> bytes;
+
+  private:
+    using IRVisitor::visit;
+
+    void let(const std::string &name, const Expr &value) {
+        const std::string sequence = ".extent.1";
+        const bool is_sequence =
+            name.size() > sequence.size() &&
+            name.compare(name.size() - sequence.size(), sequence.size(), sequence) == 0;
+        lets_[name] = is_sequence ? Expr(length_) : value;
+    }
+    void visit(const LetStmt *op) override {
+        let(op->name, op->value);
+        IRVisitor::visit(op);
+    }
+    void visit(const Let *op) override {
+        let(op->name, op->value);
+        IRVisitor::visit(op);
+    }
+    /** `e` with the lets substituted, simplified. */
+    Expr resolve(Expr e) {
+        for (int round = 0; round < 100; round++) {
+            Expr substituted = substitute(lets_, e);
+            if (equal(substituted, e))
+                break;
+            e = substituted;
+        }
+        return simplify(e);
+    }
+
+    void visit(const Call *op) override {
+        if (op->name == "halide_cuda_run" && op->args.size() > 8)
+            bytes.push_back(resolve(op->args[8]));
+        IRVisitor::visit(op);
+    }
+
+    int length_;
+    std::map<std::string, Expr> lets_;
+};
+
+/** The spec of the spec parameters `params`, which must be valid. */
+attngen::AttentionSpec spec_of(const std::map<std::string, std::string> &params) {
     std::vector<attngen::SpecError> errors;
     attngen::AttentionSpec spec = attngen::spec_from_params(params, errors);
     REQUIRE(errors.empty());
+    return spec;
+}
 
+/**
+ * The lowered code of a layer with the spec parameters `params` for `target` and schedule
+ * `schedule` (x86 code for AVX2 by default).
+ */
+std::vector<Stmt>
+lower_layer(const std::map<std::string, std::string> &params, const std::string &schedule_params,
+            const Halide::Target &target = Halide::Target("x86-64-linux-avx-avx2-f16c-fma-sse41-"
+                                                          "no_runtime"),
+            const std::string &schedule = "x86", const std::string &shape_class = "prefill") {
+    const attngen::AttentionSpec spec = spec_of(params);
     attngen::BoundArguments bound;
     for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
         if (entry.kind == attngen::EntryArgument::Kind::buffer)
             attngen::bind_image_param(spec, entry, bound);
-    const Halide::Target target("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
     Halide::Func out("out");
-    attngen::AttentionStages stages =
-        attngen::build_attention(spec, attngen::bind_inputs(spec, bound), out,
-                                 attngen::algorithm_options(spec, target, "x86", schedule_params));
-    REQUIRE(attngen::apply_schedule(stages, target, "x86", schedule_params).empty());
+    attngen::AttentionStages stages = attngen::build_attention(
+        spec, attngen::bind_inputs(spec, bound), out,
+        attngen::algorithm_options(spec, target, schedule, schedule_params, shape_class));
+    REQUIRE(
+        attngen::apply_schedule(stages, target, schedule, schedule_params, shape_class).empty());
+    // The output's fixed extents, as the generator constrains them.
+    for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
+        if (entry.kind == attngen::EntryArgument::Kind::output) {
+            Halide::OutputImageParam output = out.output_buffer();
+            attngen::constrain_argument(output, entry.dims);
+        }
 
     Halide::Module module = out.compile_to_module(out.infer_arguments(), "layer", target);
     std::vector<Stmt> bodies;
@@ -194,4 +265,60 @@ TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     }
     // Blocks of 5 do not tile a 16-query tile from its start: the tile's bounds serve.
     CHECK(value_loops("causal", "query_vectors=2,query_block=5") == 0);
+}
+
+TEST_CASE("the GPU schedule's shared memory stays within the bound attngen checks") {
+    // Halide sizes a block's shared memory at launch, and a CUDA launch above 48 KiB fails
+    // (an H100 refused the first layer below, at 51776 bytes, under an earlier count). So the
+    // bytes in the lowered launches must stay within gpu_shared_memory_bytes, which attngen
+    // holds to the limit: for the default tiles of each head_dim class, heads sharing a block
+    // and small query tiles. (The split-KV form sizes some buffers per block and keeps the
+    // largest in a host buffer at run time, which this reading of the code does not evaluate.)
+    struct Case {
+        std::map<std::string, std::string> spec;
+        std::string schedule_params, shape_class;
+    };
+    const Case cases[] = {
+        {{{"heads", "4"}, {"kv_heads", "1"}, {"head_dim", "16"}, {"mask", "padding"}},
+         "",
+         "prefill"},
+        {{{"heads", "16"}, {"head_dim", "64"}, {"mask", "causal"}}, "", "prefill"},
+        {{{"heads", "16"}, {"head_dim", "128"}}, "", "prefill"},
+        {{{"heads", "2"}, {"head_dim", "256"}}, "", "prefill"},
+        {{{"heads", "16"}, {"kv_heads", "4"}, {"head_dim", "64"}},
+         "heads_per_block=2,query_tile=16,key_chunk=16",
+         "prefill"},
+        {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,key_chunk=64", "prefill"},
+        {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}},
+         "heads_per_block=2",
+         "prefill"},
+    };
+    const Halide::Target target("x86-64-linux-cuda-cuda_capability_80-no_runtime");
+    for (const Case &layer : cases) {
+        const attngen::AttentionSpec spec = spec_of(layer.spec);
+        attngen::GpuScheduleParams params = attngen::gpu_schedule_params(spec);
+        params.kv_chunk = attngen::gpu_default_kv_chunk(layer.shape_class);
+        REQUIRE(attngen::parse_gpu_schedule_params(layer.schedule_params, params).empty());
+        const int64_t bound = attngen::gpu_shared_memory_bytes(spec, params);
+        INFO("head_dim " << spec.resolved_head_dim() << ", " << spec.group_size()
+                         << " heads per kv head, schedule parameters '" << layer.schedule_params
+                         << "', " << layer.shape_class << ": bound " << bound << " bytes");
+        CHECK(bound <= attngen::gpu_shared_memory_limit);
+        const std::vector<Stmt> bodies =
+            lower_layer(layer.spec, layer.schedule_params, target, "cuda", layer.shape_class);
+        for (const int length : {1, 37, 4096}) {
+            SharedMemoryOfLaunches launches(length);
+            for (const Stmt &body : bodies)
+                body.accept(&launches);
+            int64_t largest = 0;
+            for (const Expr &bytes : launches.bytes) {
+                INFO("length " << length << ": " << bytes);
+                const int64_t *value = as_const_int(bytes);
+                REQUIRE(value != nullptr);
+                CHECK(*value <= bound);
+                largest = std::max(largest, *value);
+            }
+            CHECK(largest > 0);
+        }
+    }
 }
