@@ -174,7 +174,19 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     // scores of its K chunk a key longer than the K chunk staged for them.
     auto stage_chunk = [&](Func chunk, Func scores, const Func &consumer, const RVar &chunk_var,
                            const std::string &prefix) {
-        chunk.compute_at(consumer, chunk_var).bound_extent(k, key_chunk);
+        chunk.compute_at(consumer, chunk_var);
+        if (split) {
+            // In the split-KV form Halide's check that a step needs at most key_chunk keys
+            // fails for some blocks once a causal or window mask meets long queries (an H100
+            // trapped at Lq = Lk = 96..1024; PoCL ignores assertions inside kernels and gave the
+            // reference's results). Rounding the step's keys out to whole aligned chunks has no
+            // such check; it cost decode 1.2x against the (failing) bound on the H100. Chunks
+            // of keys are whole steps (kv_chunk is a multiple of key_chunk), so the aligned steps
+            // are the chunk's own.
+            chunk.align_bounds(k, key_chunk);
+        } else {
+            chunk.bound_extent(k, key_chunk);
+        }
         chunk.reorder(k, q, h);
         auto threads =
             spread(chunk, k, k_unroll, q, q_unroll, prefix, std::min(threads_x, key_chunk));

@@ -194,6 +194,11 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.gpu = gpu_schedule_params(spec);
         resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
+        if (resolved.problem.empty() && resolved.gpu.kv_chunk > 0 &&
+            resolved.gpu.kv_chunk % resolved.gpu.key_chunk != 0)
+            resolved.problem = "schedule parameter kv_chunk must be a multiple of key_chunk (" +
+                               std::to_string(resolved.gpu.key_chunk) + ") for a GPU target, got " +
+                               std::to_string(resolved.gpu.kv_chunk);
         const int heads = gpu_heads_per_block(spec, resolved.gpu);
         if (resolved.problem.empty() && spec.group_size() % heads != 0)
             resolved.problem = "schedule parameter heads_per_block must divide the " +

@@ -202,6 +202,11 @@ expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec"
     --target x86-64-linux-opencl --layers alibi --schedule-params key_chunk=24 -o "$work/lib_cl"
 contains "$work/err.txt" "key_chunk must be a power of two for a GPU target, got 24" \
     "the GPU chunk rule is stated with the value given"
+expect 1 "GPU kv chunks that are not whole steps of keys" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --shape-class decode \
+    --schedule-params kv_chunk=40,key_chunk=16 -o "$work/lib_cl"
+contains "$work/err.txt" "kv_chunk must be a multiple of key_chunk (16) for a GPU target, got 40" \
+    "the GPU kv chunk rule is stated with the values given"
 expect 1 "GPU heads per block that do not divide the group" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --schedule-params heads_per_block=3 \
     -o "$work/lib_cl"

@@ -69,7 +69,12 @@ void check_on_gpu(const attngen::Layer &layer, uint32_t seed) {
     if (!gpu_present())
         return;
     RequireGpu gpu;
-    check_against_reference(layer, seed, decode_shapes());
+    // Decode shapes, and long queries against about as many keys: a split-KV CUDA kernel with a
+    // causal or window mask once trapped there on an in-kernel bounds check.
+    std::vector<Shape> shapes = decode_shapes();
+    shapes.push_back({1, 256, 256});
+    shapes.push_back({1, 300, 420});
+    check_against_reference(layer, seed, shapes);
     CHECK(attngen::last_device() == test_api);
 }
 
