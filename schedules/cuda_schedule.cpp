@@ -1,12 +1,12 @@
 // The GPU schedule (CUDA, and the same schedule on OpenCL, which CI runs on the CPU through PoCL).
 //
-// One thread block per (query tile, kv head, batch): the query heads of a grouped-query group
-// share the block (or heads_per_block of them, where the whole group's buffers would not fit in
-// shared memory), so each K/V chunk staged in shared memory serves every query of the tile and
-// every head of the block. Scores exist only per chunk: register micro-tiles per thread, then a
-// chunk in shared memory, never a whole row in global memory. The softmax statistics and P·V are
-// reductions over keys walked chunk by chunk (rfactor: each thread reduces one chunk in registers
-// and adds it once to the block's accumulator), in two passes over K:
+// One thread block per (query tile, heads_per_block query heads of one kv head's group, batch):
+// each K/V chunk staged in shared memory serves every query of the tile and every head of the
+// block (one head by default; see gpu_schedule_params). Scores exist only per chunk: register
+// micro-tiles per thread, then a chunk in shared memory, never a whole row in global memory. The
+// softmax statistics and P·V are reductions over keys walked chunk by chunk (rfactor: each thread
+// reduces one chunk in registers and adds it once to the block's accumulator), in two passes over
+// K:
 //   1. row_max: scores computed per chunk, the max kept per query;
 //   2. row_sum and P·V fused (compute_with): scores recomputed, exp(score - max) staged once per
 //      chunk, summed and multiplied with the staged V chunk.
@@ -80,7 +80,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
                         const GpuScheduleParams &params) {
     const AttentionSpec &spec = s.spec;
     const int head_dim = spec.resolved_head_dim();
-    const int block_heads = gpu_heads_per_block(spec, params);
+    const int block_heads = params.heads_per_block;
     const int query_tile = params.query_tile;
     const int key_chunk = params.key_chunk;
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;

@@ -97,6 +97,12 @@ std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams
     if (problem.empty() && (params.key_chunk & (params.key_chunk - 1)) != 0)
         problem = "schedule parameter key_chunk must be a power of two for a GPU target, got " +
                   std::to_string(params.key_chunk);
+    // The split-KV form rounds a step's keys out to whole aligned steps (cuda_schedule.cpp):
+    // they are the chunk's own only if a chunk is whole steps.
+    if (problem.empty() && params.kv_chunk % params.key_chunk != 0)
+        problem = "schedule parameter kv_chunk must be a multiple of key_chunk (" +
+                  std::to_string(params.key_chunk) + ") for a GPU target, got " +
+                  std::to_string(params.kv_chunk);
     return problem;
 }
 
@@ -119,21 +125,16 @@ int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuSchedulePara
     auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
     const int64_t head_dim = round_up(spec.resolved_head_dim(), 16);
     const int64_t key_chunk = params.key_chunk;
-    const int64_t rows = round_up(params.query_tile, 16) * gpu_heads_per_block(spec, params);
+    const int64_t rows = round_up(params.query_tile, 16) * params.heads_per_block;
     return 4 * ((1 + params.stage_queries) * head_dim * rows + 2 * rows + 2 * key_chunk * rows +
                 (3 * key_chunk + 2) * head_dim);
 }
 
-int gpu_heads_per_block(const AttentionSpec &spec, const GpuScheduleParams &params) {
-    return params.heads_per_block > 0 ? params.heads_per_block : spec.group_size();
-}
-
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
-    // The largest tiles that gpu_shared_memory_bytes fits in a block for `heads` heads per
-    // block: key_chunk halves first, down to 8, then query_tile.
-    auto fit = [&](int heads, int stage_queries) {
+    // The largest tiles that gpu_shared_memory_bytes fits in a block: key_chunk halves first,
+    // down to 8, then query_tile.
+    auto fit = [&](int stage_queries) {
         GpuScheduleParams params;
-        params.heads_per_block = heads;
         params.stage_queries = stage_queries;
         while (gpu_shared_memory_bytes(spec, params) > gpu_shared_memory_limit &&
                params.key_chunk > 8)
@@ -151,7 +152,7 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
     // Tiles: staged queries unless that leaves key_chunk under 16 (head_dim 128: 32 x 16 tiles
     // without them ran 1.1x faster than 32 x 8 with them); query_tile under 16 only where
     // nothing else fits.
-    const GpuScheduleParams candidates[] = {fit(1, 1), fit(1, 0)};
+    const GpuScheduleParams candidates[] = {fit(1), fit(0)};
     for (const GpuScheduleParams &params : candidates)
         if (params.query_tile >= 16 && params.key_chunk >= 16)
             return params;
@@ -194,12 +195,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.gpu = gpu_schedule_params(spec);
         resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
-        if (resolved.problem.empty() && resolved.gpu.kv_chunk > 0 &&
-            resolved.gpu.kv_chunk % resolved.gpu.key_chunk != 0)
-            resolved.problem = "schedule parameter kv_chunk must be a multiple of key_chunk (" +
-                               std::to_string(resolved.gpu.key_chunk) + ") for a GPU target, got " +
-                               std::to_string(resolved.gpu.kv_chunk);
-        const int heads = gpu_heads_per_block(spec, resolved.gpu);
+        const int heads = resolved.gpu.heads_per_block;
         if (resolved.problem.empty() && spec.group_size() % heads != 0)
             resolved.problem = "schedule parameter heads_per_block must divide the " +
                                std::to_string(spec.group_size()) +

@@ -68,11 +68,10 @@ struct GpuScheduleParams {
     int query_tile = 32; ///< queries per thread block
     int key_chunk = 32;  ///< keys staged in shared memory per step (a power of two)
     /**
-     * Query heads per block, a divisor of the group (query heads per kv head); 0 means the
-     * whole group. Each staged K/V chunk serves all of them; fewer leave room for larger tiles.
-     * gpu_schedule_params chooses 1.
+     * Query heads per block, a divisor of the group (query heads per kv head). Each staged K/V
+     * chunk serves all of them; fewer leave room for larger tiles.
      */
-    int heads_per_block = 0;
+    int heads_per_block = 1;
     /** 1: the block's scaled queries are staged in shared memory; 0: read where they lie. */
     int stage_queries = 1;
     /**
@@ -92,9 +91,6 @@ constexpr int gpu_shared_memory_limit = 48 * 1024;
  * `params` (Halide sizes it at launch, so ptxas cannot report it).
  */
 int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params);
-
-/** The query heads one block of the GPU schedule computes: heads_per_block, or the group. */
-int gpu_heads_per_block(const AttentionSpec &spec, const GpuScheduleParams &params);
 
 /** The GPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */
 int gpu_default_kv_chunk(const std::string &shape_class);
@@ -119,8 +115,8 @@ void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
 
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (keys: query_tile 1..128,
- * key_chunk 1..128 a power of two, kv_chunk 0..65536, heads_per_block 1..256, stage_queries
- * 0..1). Returns an empty string, or what is wrong with `text`.
+ * key_chunk 1..128 a power of two, kv_chunk 0..65536 a multiple of key_chunk, heads_per_block
+ * 1..256, stage_queries 0..1). Returns an empty string, or what is wrong with `text`.
  */
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params);
 

@@ -115,13 +115,13 @@ attngen::AttentionSpec spec_of(const std::map<std::string, std::string> &params)
 
 /**
  * The lowered code of a layer with the spec parameters `params` for `target` and schedule
- * `schedule` (x86 code for AVX2 by default).
+ * `schedule` (x86 code for AVX2 by default), for prefill shapes.
  */
 std::vector<Stmt>
 lower_layer(const std::map<std::string, std::string> &params, const std::string &schedule_params,
             const Halide::Target &target = Halide::Target("x86-64-linux-avx-avx2-f16c-fma-sse41-"
                                                           "no_runtime"),
-            const std::string &schedule = "x86", const std::string &shape_class = "prefill") {
+            const std::string &schedule = "x86") {
     const attngen::AttentionSpec spec = spec_of(params);
     attngen::BoundArguments bound;
     for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
@@ -130,9 +130,8 @@ lower_layer(const std::map<std::string, std::string> &params, const std::string 
     Halide::Func out("out");
     attngen::AttentionStages stages = attngen::build_attention(
         spec, attngen::bind_inputs(spec, bound), out,
-        attngen::algorithm_options(spec, target, schedule, schedule_params, shape_class));
-    REQUIRE(
-        attngen::apply_schedule(stages, target, schedule, schedule_params, shape_class).empty());
+        attngen::algorithm_options(spec, target, schedule, schedule_params));
+    REQUIRE(attngen::apply_schedule(stages, target, schedule, schedule_params).empty());
     // The output's fixed extents, as the generator constrains them.
     for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
         if (entry.kind == attngen::EntryArgument::Kind::output) {
@@ -276,36 +275,31 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
     // largest in a host buffer at run time, which this reading of the code does not evaluate.)
     struct Case {
         std::map<std::string, std::string> spec;
-        std::string schedule_params, shape_class;
+        std::string schedule_params;
     };
     const Case cases[] = {
-        {{{"heads", "4"}, {"kv_heads", "1"}, {"head_dim", "16"}, {"mask", "padding"}},
-         "",
-         "prefill"},
-        {{{"heads", "16"}, {"head_dim", "64"}, {"mask", "causal"}}, "", "prefill"},
-        {{{"heads", "16"}, {"head_dim", "128"}}, "", "prefill"},
-        {{{"heads", "2"}, {"head_dim", "256"}}, "", "prefill"},
+        {{{"heads", "4"}, {"kv_heads", "1"}, {"head_dim", "16"}, {"mask", "padding"}}, ""},
+        {{{"heads", "16"}, {"head_dim", "64"}, {"mask", "causal"}}, ""},
+        {{{"heads", "16"}, {"head_dim", "128"}}, ""},
+        {{{"heads", "2"}, {"head_dim", "256"}}, ""},
         {{{"heads", "16"}, {"kv_heads", "4"}, {"head_dim", "64"}},
-         "heads_per_block=2,query_tile=16,key_chunk=16",
-         "prefill"},
-        {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,key_chunk=64", "prefill"},
+         "heads_per_block=2,query_tile=16,key_chunk=16"},
+        {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,key_chunk=64"},
         {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}},
-         "heads_per_block=2",
-         "prefill"},
+         "heads_per_block=2"},
     };
     const Halide::Target target("x86-64-linux-cuda-cuda_capability_80-no_runtime");
     for (const Case &layer : cases) {
         const attngen::AttentionSpec spec = spec_of(layer.spec);
         attngen::GpuScheduleParams params = attngen::gpu_schedule_params(spec);
-        params.kv_chunk = attngen::gpu_default_kv_chunk(layer.shape_class);
         REQUIRE(attngen::parse_gpu_schedule_params(layer.schedule_params, params).empty());
         const int64_t bound = attngen::gpu_shared_memory_bytes(spec, params);
         INFO("head_dim " << spec.resolved_head_dim() << ", " << spec.group_size()
                          << " heads per kv head, schedule parameters '" << layer.schedule_params
-                         << "', " << layer.shape_class << ": bound " << bound << " bytes");
+                         << "': bound " << bound << " bytes");
         CHECK(bound <= attngen::gpu_shared_memory_limit);
         const std::vector<Stmt> bodies =
-            lower_layer(layer.spec, layer.schedule_params, target, "cuda", layer.shape_class);
+            lower_layer(layer.spec, layer.schedule_params, target, "cuda");
         for (const int length : {1, 37, 4096}) {
             SharedMemoryOfLaunches launches(length);
             for (const Stmt &body : bodies)
