@@ -78,6 +78,166 @@ Expr predicates_visible(const AttentionSpec &spec, const AttentionInputs &in, co
     return visible;
 }
 
+/**
+ * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
+ * are defined, walking the keys in chunks of `chunk_keys` (0: whole rows), and returns the
+ * normalized attention, attn_out's value.
+ */
+Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const AlgorithmOptions &options,
+                    int chunk_keys) {
+    const AttentionSpec &spec = t.spec;
+    const int group = spec.group_size();
+    Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
+    Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
+    // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
+    Expr kv_head = h / group;
+    t.scores(k, q, h, b) = 0.0f;
+    t.scores(k, q, h, b) +=
+        t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
+
+    // Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
+    // pipeline: a masked score is the lowest finite float instead, and anything below
+    // `masked_cutoff` (half of it) counts as masked. A user's -inf in attn_bias is clamped to
+    // the lowest float on load, so it masks exactly as -inf would.
+    const float lowest = std::numeric_limits<float>::lowest();
+    const float masked_cutoff = lowest / 2;
+    Expr score = t.scores(k, q, h, b);
+    Expr visible = predicates_visible(spec, in, k, q, h, b);
+    if (spec.mask.additive) {
+        Expr bias = Halide::max(
+            f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
+            lowest);
+        score += bias;
+        // A -inf bias masks even when a score_mod would make something finite of it.
+        visible = visible && bias > masked_cutoff;
+    }
+    if (spec.score_mod) {
+        LoweringContext context = lowering_context(in, k, q, h, b);
+        context.score = score;
+        score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
+    }
+    // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
+    // bounds inference from trimming the scores' region by the mask condition, which would
+    // make a tile's region depend on the mask instead of the tile.
+    // The structured masks' offset is marked likely: Halide then partitions each loop over keys
+    // into the blocks that every query of the tile sees, where the mask test is gone, and the
+    // diagonal (or window edge, or padding) blocks, where it stayt. Their tests are bounds on k,
+    // which Halide's solver handles; the predicates and the bias keep their test everywhere.
+    Expr offset = Halide::select(visible, 0.0f, lowest);
+    Expr structured = structured_visible(spec, in, k, q, b);
+    if (!Halide::Internal::is_const_one(structured))
+        offset = Halide::select(structured, Halide::likely(offset), lowest);
+    t.masked(k, q, h, b) = Halide::max(score + offset, lowest);
+
+    // The structured masks bound each query's keys: the reductions below visit only
+    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
+    // causal, window or padding mask hides from a whole tile are skipped rather than computed
+    // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
+    // causal tile stop at their own diagonal. The elementwise mask above still decides every key
+    // inside the range.
+    const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
+    // [begin, end) of the keys visible to some query of q's aligned block of `block` queriet.
+    auto key_range = [&](int block) -> std::pair<Expr, Expr> {
+        Expr begin = 0, end = in.key_len;
+        if (!bounded)
+            return {begin, end};
+        block = std::max(block, 1);
+        Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
+        Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
+        Expr last_q = first_q + (block - 1);
+        if (spec.mask.causal)
+            end = Halide::min(end, last_q + offset + 1);
+        if (spec.mask.window > 0) {
+            begin = Halide::max(begin, first_q + offset - (spec.mask.window - 1));
+            end = Halide::min(end, last_q + offset + spec.mask.window);
+        }
+        if (spec.mask.key_padding)
+            end = Halide::min(end, in.key_lengths(b));
+        return {begin, end};
+    };
+    const auto [key_begin, key_end] = key_range(options.query_block);
+    const bool own_values =
+        bounded && options.value_block > 0 && options.value_block < options.query_block;
+    // The reduction over the keys of P·V: that of the softmax, or its own with finer boundt.
+    // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
+    auto value_keys = [&](const Expr &extent, const Expr &first) {
+        if (!own_values)
+            return t.r_keys;
+        RDom r(0, extent, "r_values");
+        const auto [begin, end] = key_range(options.value_block);
+        r.where(first + r.x >= begin && first + r.x < end);
+        return r;
+    };
+
+    // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
+    // row_sum = 0 and an all-zero output row instead of NaN.
+    auto exponential = [&](const Expr &x) {
+        return options.polynomial_exp ? softmax_exp(x) : Halide::exp(x);
+    };
+    auto probability = [&](const Expr &key, const Expr &max) {
+        return Halide::select(t.masked(key, q, h, b) > masked_cutoff,
+                              exponential(t.masked(key, q, h, b) - max), 0.0f);
+    };
+    if (chunk_keys <= 0) {
+        t.r_keys = RDom(0, in.key_len, "r_keys");
+        if (bounded)
+            t.r_keys.where(t.r_keys.x >= key_begin && t.r_keys.x < key_end);
+        t.row_max(q, h, b) = lowest;
+        t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), t.masked(t.r_keys, q, h, b));
+        t.probs(k, q, h, b) = probability(k, t.row_max(q, h, b));
+        t.row_sum(q, h, b) = 0.0f;
+        t.row_sum(q, h, b) += t.probs(t.r_keys, q, h, b);
+        // O = P V, normalized once per output element.
+        t.r_values = value_keys(in.key_len, 0);
+        t.weighted_sum(d, q, h, b) = 0.0f;
+        t.weighted_sum(d, q, h, b) +=
+            t.probs(t.r_values, q, h, b) * t.v_heads(d, t.r_values, kv_head, b);
+    } else {
+        // Split-KV: partial statistics and output per chunk of keys, then an exact combine.
+        const int chunk = chunk_keys;
+        t.kv_chunk = chunk;
+        Var j = t.j;
+        t.r_keys = RDom(0, chunk, "r_keys");
+        Expr key = j * chunk + t.r_keys.x;
+        t.r_keys.where(key >= key_begin && key < key_end);
+        t.part_max(j, q, h, b) = lowest;
+        t.part_max(j, q, h, b) = Halide::max(t.part_max(j, q, h, b), t.masked(key, q, h, b));
+        t.probs(k, q, h, b) = probability(k, t.part_max(k / chunk, q, h, b));
+        t.part_sum(j, q, h, b) = 0.0f;
+        t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
+        t.r_values = value_keys(chunk, j * chunk);
+        Expr value_key = j * chunk + t.r_values.x;
+        t.part_out(d, j, q, h, b) = 0.0f;
+        // The last chunk may run past Lk: its extra keys are never visited, but bounds
+        // inference does not see the `where`, so the read of V is clamped.
+        t.part_out(d, j, q, h, b) += t.probs(value_key, q, h, b) *
+                                     t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
+
+        // Chunks wholly outside the visible range are not visited.
+        t.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");
+        Expr c_first = t.r_chunks.x * chunk;
+        t.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
+        // The combine reads the chunk results only through `partials`, so a schedule may
+        // compute a chunk's statistics inside its loop over chunkt.
+        t.partials(d, j, q, h, b) = Halide::Tuple(t.part_out(d, j, q, h, b), t.part_max(j, q, h, b),
+                                                  t.part_sum(j, q, h, b));
+        auto chunk_max = [&](const Expr &chunk) { return t.partials(0, chunk, q, h, b)[1]; };
+        auto chunk_sum = [&](const Expr &chunk) { return t.partials(0, chunk, q, h, b)[2]; };
+        t.row_max(q, h, b) = lowest;
+        t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
+        // A chunk with every key masked has part_max = lowest and contributes nothing.
+        t.part_scale(j, q, h, b) = Halide::select(
+            chunk_max(j) > masked_cutoff, exponential(chunk_max(j) - t.row_max(q, h, b)), 0.0f);
+        t.row_sum(q, h, b) = 0.0f;
+        t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
+        t.weighted_sum(d, q, h, b) = 0.0f;
+        t.weighted_sum(d, q, h, b) +=
+            t.part_scale(t.r_chunks, q, h, b) * t.partials(d, t.r_chunks, q, h, b)[0];
+    }
+    Expr inv_sum = Halide::select(t.row_sum(q, h, b) > 0.0f, 1.0f / t.row_sum(q, h, b), 0.0f);
+    return t.weighted_sum(d, q, h, b) * inv_sum;
+}
+
 } // namespace
 
 Expr softmax_exp(const Expr &x) {
@@ -110,7 +270,6 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
 
     const int head_dim = spec.resolved_head_dim();
     const int heads = spec.heads;
-    const int group = spec.group_size();
     const int model_dim = spec.resolved_model_dim();
     const float scale = static_cast<float>(spec.resolved_scale());
     const Projections &proj = spec.projections;
@@ -163,153 +322,21 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
     }
 
-    // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
-    Expr kv_head = h / group;
-    s.scores(k, q, h, b) = 0.0f;
-    s.scores(k, q, h, b) +=
-        s.q_heads(s.r_head_dim, q, h, b) * s.k_heads(s.r_head_dim, k, kv_head, b);
-
-    // Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
-    // pipeline: a masked score is the lowest finite float instead, and anything below
-    // `masked_cutoff` (half of it) counts as masked. A user's -inf in attn_bias is clamped to
-    // the lowest float on load, so it masks exactly as -inf would.
-    const float lowest = std::numeric_limits<float>::lowest();
-    const float masked_cutoff = lowest / 2;
-    Expr score = s.scores(k, q, h, b);
-    Expr visible = predicates_visible(spec, in, k, q, h, b);
-    if (spec.mask.additive) {
-        Expr bias = Halide::max(
-            f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
-            lowest);
-        score += bias;
-        // A -inf bias masks even when a score_mod would make something finite of it.
-        visible = visible && bias > masked_cutoff;
+    Expr attention = define_softmax(s, in, options, options.kv_chunk);
+    if (options.kv_chunk > 0 && options.rows_up_to > 0) {
+        // The flash form for long rows and the whole-row form for calls with Lk <= rows_up_to:
+        // a schedule specializes on the condition, and each call runs one of them.
+        auto rows = std::make_shared<AttentionStages>();
+        rows->spec = spec;
+        rows->q_heads = s.q_heads;
+        rows->k_heads = s.k_heads;
+        rows->v_heads = s.v_heads;
+        rows->r_head_dim = s.r_head_dim;
+        s.use_rows = in.key_len <= options.rows_up_to;
+        attention = Halide::select(s.use_rows, define_softmax(*rows, in, options, 0), attention);
+        s.rows = rows;
     }
-    if (spec.score_mod) {
-        LoweringContext context = lowering_context(in, k, q, h, b);
-        context.score = score;
-        score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
-    }
-    // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
-    // bounds inference from trimming the scores' region by the mask condition, which would
-    // make a tile's region depend on the mask instead of the tile.
-    // The structured masks' offset is marked likely: Halide then partitions each loop over keys
-    // into the blocks that every query of the tile sees, where the mask test is gone, and the
-    // diagonal (or window edge, or padding) blocks, where it stays. Their tests are bounds on k,
-    // which Halide's solver handles; the predicates and the bias keep their test everywhere.
-    Expr offset = Halide::select(visible, 0.0f, lowest);
-    Expr structured = structured_visible(spec, in, k, q, b);
-    if (!Halide::Internal::is_const_one(structured))
-        offset = Halide::select(structured, Halide::likely(offset), lowest);
-    s.masked(k, q, h, b) = Halide::max(score + offset, lowest);
-
-    // The structured masks bound each query's keys: the reductions below visit only
-    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
-    // causal, window or padding mask hides from a whole tile are skipped rather than computed
-    // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
-    // causal tile stop at their own diagonal. The elementwise mask above still decides every key
-    // inside the range.
-    const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
-    // [begin, end) of the keys visible to some query of q's aligned block of `block` queries.
-    auto key_range = [&](int block) -> std::pair<Expr, Expr> {
-        Expr begin = 0, end = in.key_len;
-        if (!bounded)
-            return {begin, end};
-        block = std::max(block, 1);
-        Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
-        Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
-        Expr last_q = first_q + (block - 1);
-        if (spec.mask.causal)
-            end = Halide::min(end, last_q + offset + 1);
-        if (spec.mask.window > 0) {
-            begin = Halide::max(begin, first_q + offset - (spec.mask.window - 1));
-            end = Halide::min(end, last_q + offset + spec.mask.window);
-        }
-        if (spec.mask.key_padding)
-            end = Halide::min(end, in.key_lengths(b));
-        return {begin, end};
-    };
-    const auto [key_begin, key_end] = key_range(options.query_block);
-    const bool own_values =
-        bounded && options.value_block > 0 && options.value_block < options.query_block;
-    // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
-    // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
-    auto value_keys = [&](const Expr &extent, const Expr &first) {
-        if (!own_values)
-            return s.r_keys;
-        RDom r(0, extent, "r_values");
-        const auto [begin, end] = key_range(options.value_block);
-        r.where(first + r.x >= begin && first + r.x < end);
-        return r;
-    };
-
-    // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
-    // row_sum = 0 and an all-zero output row instead of NaN.
-    auto exponential = [&](const Expr &x) {
-        return options.polynomial_exp ? softmax_exp(x) : Halide::exp(x);
-    };
-    auto probability = [&](const Expr &key, const Expr &max) {
-        return Halide::select(s.masked(key, q, h, b) > masked_cutoff,
-                              exponential(s.masked(key, q, h, b) - max), 0.0f);
-    };
-    if (options.kv_chunk <= 0) {
-        s.r_keys = RDom(0, in.key_len, "r_keys");
-        if (bounded)
-            s.r_keys.where(s.r_keys.x >= key_begin && s.r_keys.x < key_end);
-        s.row_max(q, h, b) = lowest;
-        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), s.masked(s.r_keys, q, h, b));
-        s.probs(k, q, h, b) = probability(k, s.row_max(q, h, b));
-        s.row_sum(q, h, b) = 0.0f;
-        s.row_sum(q, h, b) += s.probs(s.r_keys, q, h, b);
-        // O = P V, normalized once per output element.
-        s.r_values = value_keys(in.key_len, 0);
-        s.weighted_sum(d, q, h, b) = 0.0f;
-        s.weighted_sum(d, q, h, b) +=
-            s.probs(s.r_values, q, h, b) * s.v_heads(d, s.r_values, kv_head, b);
-    } else {
-        // Split-KV: partial statistics and output per chunk of keys, then an exact combine.
-        const int chunk = options.kv_chunk;
-        s.kv_chunk = chunk;
-        Var j = s.j;
-        s.r_keys = RDom(0, chunk, "r_keys");
-        Expr key = j * chunk + s.r_keys.x;
-        s.r_keys.where(key >= key_begin && key < key_end);
-        s.part_max(j, q, h, b) = lowest;
-        s.part_max(j, q, h, b) = Halide::max(s.part_max(j, q, h, b), s.masked(key, q, h, b));
-        s.probs(k, q, h, b) = probability(k, s.part_max(k / chunk, q, h, b));
-        s.part_sum(j, q, h, b) = 0.0f;
-        s.part_sum(j, q, h, b) += s.probs(key, q, h, b);
-        s.r_values = value_keys(chunk, j * chunk);
-        Expr value_key = j * chunk + s.r_values.x;
-        s.part_out(d, j, q, h, b) = 0.0f;
-        // The last chunk may run past Lk: its extra keys are never visited, but bounds
-        // inference does not see the `where`, so the read of V is clamped.
-        s.part_out(d, j, q, h, b) += s.probs(value_key, q, h, b) *
-                                     s.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
-
-        // Chunks wholly outside the visible range are not visited.
-        s.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");
-        Expr c_first = s.r_chunks.x * chunk;
-        s.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
-        // The combine reads the chunk results only through `partials`, so a schedule may
-        // compute a chunk's statistics inside its loop over chunks.
-        s.partials(d, j, q, h, b) = Halide::Tuple(s.part_out(d, j, q, h, b), s.part_max(j, q, h, b),
-                                                  s.part_sum(j, q, h, b));
-        auto chunk_max = [&](const Expr &chunk) { return s.partials(0, chunk, q, h, b)[1]; };
-        auto chunk_sum = [&](const Expr &chunk) { return s.partials(0, chunk, q, h, b)[2]; };
-        s.row_max(q, h, b) = lowest;
-        s.row_max(q, h, b) = Halide::max(s.row_max(q, h, b), chunk_max(s.r_chunks));
-        // A chunk with every key masked has part_max = lowest and contributes nothing.
-        s.part_scale(j, q, h, b) = Halide::select(
-            chunk_max(j) > masked_cutoff, exponential(chunk_max(j) - s.row_max(q, h, b)), 0.0f);
-        s.row_sum(q, h, b) = 0.0f;
-        s.row_sum(q, h, b) += s.part_scale(s.r_chunks, q, h, b) * chunk_sum(s.r_chunks);
-        s.weighted_sum(d, q, h, b) = 0.0f;
-        s.weighted_sum(d, q, h, b) +=
-            s.part_scale(s.r_chunks, q, h, b) * s.partials(d, s.r_chunks, q, h, b)[0];
-    }
-    Expr inv_sum = Halide::select(s.row_sum(q, h, b) > 0.0f, 1.0f / s.row_sum(q, h, b), 0.0f);
-    s.attn_out(d, q, h, b) = s.weighted_sum(d, q, h, b) * inv_sum;
+    s.attn_out(d, q, h, b) = attention;
 
     Halide::Type stored = storage_type(spec.dtype);
     if (proj.out) {

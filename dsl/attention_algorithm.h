@@ -7,6 +7,7 @@
 #include "Halide.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,14 @@ struct AttentionStages {
     Halide::RDom r_values;
     /** Keys per chunk of the split-KV form; 0 when the keys are reduced in one pass. */
     int kv_chunk = 0;
+    /**
+     * With AlgorithmOptions::rows_up_to, the whole-row form beside this (flash) form: its own
+     * stages from scores to weighted_sum, sharing q_heads, k_heads and v_heads; attn_out takes
+     * its value where `use_rows` (Lk <= rows_up_to) holds, for a schedule to specialize on.
+     * Null and undefined otherwise.
+     */
+    std::shared_ptr<AttentionStages> rows;
+    Halide::Expr use_rows;
 
     /** The stage whose value is the layer's result (attn_out or out_proj). */
     Halide::Func result;
@@ -125,6 +134,11 @@ struct AlgorithmOptions {
     int value_block = 0;
     /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
     int kv_chunk = 0;
+    /**
+     * With kv_chunk > 0: calls with Lk <= rows_up_to reduce each row whole instead
+     * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.
+     */
+    int rows_up_to = 0;
     /**
      * The softmax's exponentials as softmax_exp rather than Halide::exp: about half the
      * vector instructions on CPUs, where they are a tenth of a D=64 layer's time.

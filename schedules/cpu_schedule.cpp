@@ -438,7 +438,6 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // A task is a query tile of every query head of one kv head's group (g runs inside it), so
     // the group's heads share each K/V chunk while it is in cache.
     const int group = s.spec.group_size();
-    const bool flash = s.kv_chunk > 0;
     Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
     Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
     // The output's and the partials' register blocks: query_block queries x d_block features,
@@ -457,18 +456,6 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     output_blocks(core, q_inner, {g, q_outer, kv, b});
     core.fuse(q_outer, kv, tile).fuse(tile, b, tile).parallel(tile);
     const Halide::LoopLevel head_at(core, g);
-
-    // The group's scaled queries, transposed so that queries are the vector lanes: once per tile
-    // for the whole group in the flash form, whose chunks take the group's heads in turn; per
-    // head with whole rows. The last tile of a row may be short (GuardWithIf); bounding the
-    // extents of the stages inside a tile keeps their loops constant so they unroll and vectorize.
-    s.q_heads.in(s.scores)
-        .compute_at(flash ? Halide::LoopLevel(core, tile) : head_at)
-        .bound_extent(q, query_tile)
-        .bound_extent(h, flash ? group : 1)
-        .reorder_storage(q, d)
-        .reorder(q, d)
-        .vectorize(q, lanes);
 
     // Row statistics vectorized along queries (no horizontal reductions), the tile's query
     // vectors unrolled inside the loop over the reduction: independent chains of max and add,
@@ -493,70 +480,95 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         stage.update().reorder(d, q, r).vectorize(d, d_vec).unroll(d).unroll(q);
     };
 
-    // The flash form walks the keys in chunks inside the tile: everything from the scores to
-    // the chunk's partial output is computed per chunk and head (`partials` loops over chunks
-    // outermost, then the group's heads), so the scores and probabilities of a chunk stay in
-    // L1, the P·V blocks reuse the chunk's V rows from L1, and the group's heads reuse its K
-    // and V rows from L1 and L2. Without chunks each head's whole rows are computed at once.
-    Halide::LoopLevel rows_at = head_at;
-    Func max_stage = s.row_max, sum_stage = s.row_sum, out_stage = s.weighted_sum;
-    Func block_consumer = core;
-    if (flash) {
-        Var j = s.j;
-        s.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
-        output_blocks(s.partials, q, {h, j, b});
-        rows_at = Halide::LoopLevel(s.partials, h);
-        max_stage = s.part_max;
-        sum_stage = s.part_sum;
-        out_stage = s.part_out;
-        block_consumer = s.partials;
-        // One chunk per iteration; stored queries innermost so the vectors are dense.
-        s.part_out.bound_extent(j, 1);
-        for (Func stage : {s.part_max, s.part_sum})
-            stage.bound_extent(j, 1).reorder_storage(q, j);
-        // The combine, per head of the tile: chunk weights and row sums along queries, the
-        // weighted partial outputs in the same register blocks as the output.
-        row_statistic(s.row_max, head_at, s.r_chunks.x);
-        row_statistic(s.row_sum, head_at, s.r_chunks.x);
-        s.part_scale.compute_at(head_at)
+    // The stages from the scores to weighted_sum of one form, `t`: the flash form (t.kv_chunk >
+    // 0) walks the keys in chunks inside the tile: everything from the scores to the chunk's
+    // partial output is computed per chunk and head (`partials` loops over chunks outermost,
+    // then the group's heads), so the scores and probabilities of a chunk stay in L1, the P·V
+    // blocks reuse the chunk's V rows from L1, and the group's heads reuse its K and V rows from
+    // L1 and L2. Without chunks each head's whole rows are computed at once.
+    auto schedule_form = [&](AttentionStages &t) {
+        const bool flash = t.kv_chunk > 0;
+        // The group's scaled queries, transposed so that queries are the vector lanes: once per
+        // tile for the whole group in the flash form, whose chunks take the group's heads in
+        // turn; per head with whole rows. The last tile of a row may be short (GuardWithIf);
+        // bounding the extents of the stages inside a tile keeps their loops constant so they
+        // unroll and vectorize.
+        t.q_heads.in(t.scores)
+            .compute_at(flash ? Halide::LoopLevel(core, tile) : head_at)
             .bound_extent(q, query_tile)
-            .reorder_storage(q, j)
-            .reorder(q, j)
+            .bound_extent(h, flash ? group : 1)
+            .reorder_storage(q, d)
+            .reorder(q, d)
+            .vectorize(q, lanes);
+
+        Halide::LoopLevel rows_at = head_at;
+        Func max_stage = t.row_max, sum_stage = t.row_sum, out_stage = t.weighted_sum;
+        Func block_consumer = core;
+        if (flash) {
+            Var j = t.j;
+            t.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
+            output_blocks(t.partials, q, {h, j, b});
+            rows_at = Halide::LoopLevel(t.partials, h);
+            max_stage = t.part_max;
+            sum_stage = t.part_sum;
+            out_stage = t.part_out;
+            block_consumer = t.partials;
+            // One chunk per iteration; stored queries innermost so the vectors are dense.
+            t.part_out.bound_extent(j, 1);
+            for (Func stage : {t.part_max, t.part_sum})
+                stage.bound_extent(j, 1).reorder_storage(q, j);
+            // The combine, per head of the tile: chunk weights and row sums along queries, the
+            // weighted partial outputs in the same register blocks as the output.
+            row_statistic(t.row_max, head_at, t.r_chunks.x);
+            row_statistic(t.row_sum, head_at, t.r_chunks.x);
+            t.part_scale.compute_at(head_at)
+                .bound_extent(q, query_tile)
+                .reorder_storage(q, j)
+                .reorder(q, j)
+                .vectorize(q, lanes)
+                .unroll(q);
+            register_block(t.weighted_sum, core, t.r_chunks.x);
+        }
+
+        // Scores in register blocks of key_block keys x query_tile queries, masked as they are
+        // made.
+        Var k_outer{"k_outer"}, k_inner{"k_inner"};
+        t.masked.compute_at(rows_at)
+            .bound_extent(q, query_tile)
+            .reorder_storage(q, k)
+            .split(k, k_outer, k_inner, params.key_block)
+            .reorder(q, k_inner, k_outer)
+            .vectorize(q, lanes)
+            .unroll(q)
+            .unroll(k_inner);
+        t.scores.compute_at(t.masked, k_outer)
+            .bound_extent(q, query_tile)
+            .bound_extent(k, params.key_block)
+            .reorder_storage(q, k)
+            .reorder(q, k)
+            .vectorize(q, lanes)
+            .unroll(q)
+            .unroll(k);
+        t.scores.update().reorder(q, k, t.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
+
+        // The softmax of the rows (or chunk), then P·V.
+        row_statistic(max_stage, rows_at, t.r_keys.x);
+        t.probs.compute_at(rows_at)
+            .bound_extent(q, query_tile)
+            .reorder_storage(q, k)
+            .reorder(q, k)
             .vectorize(q, lanes)
             .unroll(q);
-        register_block(s.weighted_sum, core, s.r_chunks.x);
+        row_statistic(sum_stage, rows_at, t.r_keys.x);
+        register_block(out_stage, block_consumer, t.r_values.x);
+    };
+    schedule_form(s);
+    if (s.rows) {
+        // Both forms under the same tiles; each call runs one (AttentionStages::rows), and the
+        // other's stages get empty regions. The specialization copies core's schedule so far.
+        schedule_form(*s.rows);
+        core.specialize(s.use_rows);
     }
-
-    // Scores in register blocks of key_block keys x query_tile queries, masked as they are made.
-    Var k_outer{"k_outer"}, k_inner{"k_inner"};
-    s.masked.compute_at(rows_at)
-        .bound_extent(q, query_tile)
-        .reorder_storage(q, k)
-        .split(k, k_outer, k_inner, params.key_block)
-        .reorder(q, k_inner, k_outer)
-        .vectorize(q, lanes)
-        .unroll(q)
-        .unroll(k_inner);
-    s.scores.compute_at(s.masked, k_outer)
-        .bound_extent(q, query_tile)
-        .bound_extent(k, params.key_block)
-        .reorder_storage(q, k)
-        .reorder(q, k)
-        .vectorize(q, lanes)
-        .unroll(q)
-        .unroll(k);
-    s.scores.update().reorder(q, k, s.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
-
-    // The softmax of the rows (or chunk), then P·V.
-    row_statistic(max_stage, rows_at, s.r_keys.x);
-    s.probs.compute_at(rows_at)
-        .bound_extent(q, query_tile)
-        .reorder_storage(q, k)
-        .reorder(q, k)
-        .vectorize(q, lanes)
-        .unroll(q);
-    row_statistic(sum_stage, rows_at, s.r_keys.x);
-    register_block(out_stage, block_consumer, s.r_values.x);
 }
 
 } // namespace attngen

@@ -72,7 +72,8 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
                                               {"gemm_task_rows", &params.gemm_task_rows, 4096},
                                               {"fused_qkv", &params.fused_qkv, 1, 0},
                                               {"kv_chunk", &params.kv_chunk, 65536, 0},
-                                              {"key_chunk", &params.key_chunk, 65536, 0}});
+                                              {"key_chunk", &params.key_chunk, 65536, 0},
+                                              {"rows_up_to", &params.rows_up_to, 65536, 0}});
     const bool kv_named = params.kv_chunk >= 0, key_named = params.key_chunk >= 0;
     if (!kv_named)
         params.kv_chunk = key_named && params.key_chunk > 0 ? 0 : defaults.kv_chunk;
@@ -84,6 +85,11 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
         problem =
             "schedule parameters kv_chunk and key_chunk: at most one may be nonzero, got " + both;
     }
+    if (problem.empty() && params.rows_up_to > 0 && params.kv_chunk > 0)
+        problem = "schedule parameter rows_up_to chooses whole rows over the flash form's "
+                  "key_chunk; the split-KV form takes none, got rows_up_to=" +
+                  std::to_string(params.rows_up_to) +
+                  " with kv_chunk=" + std::to_string(params.kv_chunk);
     return problem;
 }
 
@@ -262,6 +268,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
             options.value_block = resolved.cpu.query_block;
         options.kv_chunk =
             resolved.cpu.kv_chunk > 0 ? resolved.cpu.kv_chunk : resolved.cpu.key_chunk;
+        options.rows_up_to = resolved.cpu.rows_up_to;
         // Measured with `attngen run` (AVX-512, 2 threads, heads 8, D 64, L 2048, tuned
         // record, alternated twice): 20.9 / 20.7 ms with Halide::exp, 20.3 / 20.1 with this.
         options.polynomial_exp = true;

@@ -32,6 +32,15 @@ struct CpuScheduleParams {
      */
     int key_chunk = 0;
     /**
+     * Calls with Lk <= rows_up_to walk each head's whole rows rather than key_chunk chunks (0:
+     * chunks at every length; key_chunk 0 walks whole rows at every length anyway). Not with
+     * kv_chunk. Both forms are generated into one pipeline, specialized on Lk: whole rows are
+     * faster while a tile's rows stay in L2, chunks beyond. AVX-512, 2 threads, causal D=64,
+     * tuned blocks (48-query tiles), AOT, 9 alternations, ms of chunks of 2048 / whole rows:
+     * 1.058 and 1.022 at Lk = 1024 and 2048, 0.918 and 0.839 at 4096 and 8192.
+     */
+    int rows_up_to = 0;
+    /**
      * The prefill Q/K/V and output projections (packed GEMMs): rows per register tile, whose
      * accumulators are gemm_rows x one or two vectors of outputs, and rows per parallel task,
      * whose activations are copied once and whose weight panels stay in L2 while they pass.

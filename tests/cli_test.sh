@@ -112,6 +112,10 @@ expect 1 "run with both chunk forms" "$attngen" run "$spec" --layer alibi --shap
     --schedule-params kv_chunk=16,key_chunk=32
 contains "$work/err.txt" "at most one may be nonzero, got kv_chunk=16 and key_chunk=32" \
     "both chunk forms at once are refused, naming both values"
+expect 1 "run the split-KV form with rows_up_to" "$attngen" run "$spec" --layer alibi \
+    --shape 1,40 --schedule-params kv_chunk=16,rows_up_to=32
+contains "$work/err.txt" "the split-KV form takes none, got rows_up_to=32 with kv_chunk=16" \
+    "rows_up_to with the split-KV form is refused, naming both values"
 expect 0 "run projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
     --shape 2,23 --runs 1 --schedule-params gemm_rows=3,gemm_task_rows=10
 contains "$work/out.txt" ": ok" "projection GEMM tiles given on the command line match the reference"

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,14 +115,14 @@ attngen::AttentionSpec spec_of(const std::map<std::string, std::string> &params)
 }
 
 /**
- * The lowered code of a layer with the spec parameters `params` for `target` and schedule
- * `schedule` (x86 code for AVX2 by default), for prefill shapes.
+ * The lowered functions, by name, of a layer with the spec parameters `params` for `target`
+ * and schedule `schedule` (x86 code for AVX2 by default), for prefill shapes.
  */
-std::vector<Stmt>
-lower_layer(const std::map<std::string, std::string> &params, const std::string &schedule_params,
-            const Halide::Target &target = Halide::Target("x86-64-linux-avx-avx2-f16c-fma-sse41-"
-                                                          "no_runtime"),
-            const std::string &schedule = "x86") {
+std::map<std::string, Stmt> lower_layer_functions(
+    const std::map<std::string, std::string> &params, const std::string &schedule_params,
+    const Halide::Target &target = Halide::Target("x86-64-linux-avx-avx2-f16c-fma-sse41-"
+                                                  "no_runtime"),
+    const std::string &schedule = "x86") {
     const attngen::AttentionSpec spec = spec_of(params);
     attngen::BoundArguments bound;
     for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
@@ -140,11 +141,44 @@ lower_layer(const std::map<std::string, std::string> &params, const std::string 
         }
 
     Halide::Module module = out.compile_to_module(out.infer_arguments(), "layer", target);
-    std::vector<Stmt> bodies;
+    std::map<std::string, Stmt> functions;
     for (const LoweredFunc &function : module.functions())
-        bodies.push_back(function.body);
+        functions[function.name] = function.body;
+    return functions;
+}
+
+/** The bodies of lower_layer_functions. */
+std::vector<Stmt>
+lower_layer(const std::map<std::string, std::string> &params, const std::string &schedule_params,
+            const Halide::Target &target = Halide::Target("x86-64-linux-avx-avx2-f16c-fma-sse41-"
+                                                          "no_runtime"),
+            const std::string &schedule = "x86") {
+    std::vector<Stmt> bodies;
+    for (const auto &[name, body] :
+         lower_layer_functions(params, schedule_params, target, schedule))
+        bodies.push_back(body);
     return bodies;
 }
+
+/** The names of the functions that halide_do_par_for calls in `stmt`. */
+class ParallelTasks : public IRVisitor {
+  public:
+    std::vector<std::string> names;
+
+  private:
+    using IRVisitor::visit;
+
+    void visit(const Call *op) override {
+        if (op->name == "halide_do_par_for" && !op->args.empty()) {
+            std::ostringstream printed;
+            printed << op->args[0];
+            const std::string text = printed.str();
+            const size_t scope = text.rfind("::");
+            names.push_back(scope == std::string::npos ? text : text.substr(scope + 2));
+        }
+        IRVisitor::visit(op);
+    }
+};
 
 /** The masked-score stores of a layer with `mask`, counted. */
 MaskedStores masked_stores(const std::string &mask, const std::string &schedule_params) {
@@ -210,7 +244,84 @@ class ChunkThenHeads : public IRVisitor {
     }
 };
 
+/** Counts the stores into Funcs whose name starts with `prefix`. */
+class StoresInto : public IRVisitor {
+  public:
+    explicit StoresInto(std::string prefix) : prefix_(std::move(prefix)) {}
+    int count = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string prefix_;
+
+    void visit(const Store *op) override {
+        count += op->name.rfind(prefix_, 0) == 0;
+        IRVisitor::visit(op);
+    }
+};
+
+/**
+ * Finds the branches on `condition` (as printed) in `functions`, the lowered functions by name,
+ * and counts, on each side, the stores into the masked scores and into the flash form's
+ * partials: in the branch and in the parallel tasks it launches.
+ */
+class FormBranches : public IRVisitor {
+  public:
+    FormBranches(std::string condition, std::map<std::string, Stmt> functions)
+        : condition_(std::move(condition)), functions_(std::move(functions)) {}
+    int branches = 0;
+    int then_masked = 0, then_partials = 0, else_masked = 0, else_partials = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string condition_;
+    std::map<std::string, Stmt> functions_;
+
+    int stores(const Stmt &stmt, const std::string &prefix) {
+        if (!stmt.defined())
+            return 0;
+        StoresInto counter(prefix);
+        stmt.accept(&counter);
+        ParallelTasks tasks;
+        stmt.accept(&tasks);
+        for (const std::string &name : tasks.names)
+            if (auto found = functions_.find(name); found != functions_.end())
+                found->second.accept(&counter);
+        return counter.count;
+    }
+
+    void visit(const IfThenElse *op) override {
+        std::ostringstream printed;
+        printed << op->condition;
+        if (printed.str() == condition_) {
+            branches++;
+            then_masked += stores(op->then_case, "masked");
+            then_partials += stores(op->then_case, "partials");
+            else_masked += stores(op->else_case, "masked");
+            else_partials += stores(op->else_case, "partials");
+        }
+        IRVisitor::visit(op);
+    }
+};
+
 } // namespace
+
+TEST_CASE("with rows_up_to, a call runs whole rows or chunks by its key length") {
+    for (const std::string mask : {"none", "causal"}) {
+        INFO("mask " << mask);
+        const std::map<std::string, Stmt> functions = lower_layer_functions(
+            {{"heads", "2"}, {"head_dim", "32"}, {"mask", mask}}, "key_chunk=64,rows_up_to=300");
+        FormBranches branches("(key.extent.1 <= 300)", functions);
+        for (const auto &[name, body] : functions)
+            body.accept(&branches);
+        // One branch: whole rows (masked scores, no partials) up to 300 keys, chunks beyond.
+        CHECK(branches.branches == 1);
+        CHECK(branches.then_masked > 0);
+        CHECK(branches.then_partials == 0);
+        CHECK(branches.else_masked > 0);
+        CHECK(branches.else_partials > 0);
+    }
+}
 
 TEST_CASE("structured masks are tested only on the blocks of keys they cut") {
     for (const std::string schedule_params : {"", "key_chunk=0"}) {

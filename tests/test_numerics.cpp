@@ -16,6 +16,7 @@
 #include "t_d64_gqa_decode.h"
 #include "t_d64_mqa_padding.h"
 #include "t_d64_reference.h"
+#include "t_d64_rows_or_chunks.h"
 #include "t_d80_decode_window.h"
 #include "t_d80_flash_window.h"
 #include "t_d80_window.h"
@@ -26,6 +27,7 @@
 #include "t_mha_fused_qkv.h"
 #include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
+#include "t_mha_rows_or_chunks.h"
 #include "t_mha_self.h"
 
 #include <catch2/catch.hpp>
@@ -107,6 +109,21 @@ TEST_CASE("the whole-row form (key_chunk 0) with grouped queries and masks match
     check_against_reference(t_d32_whole_rows_layer(), 3204, decode_shapes());
 }
 
+TEST_CASE("a layer with both forms (rows_up_to) matches on either side of its threshold") {
+    // Whole rows up to Lk = 40, chunks of 16 keys beyond: both sides of the boundary, short
+    // queries against long keys, and the shapes every layer runs.
+    const std::vector<Shape> boundary = {{1, 40, 40}, {2, 41, 41}, {1, 3, 40},
+                                         {1, 3, 41},  {2, 70, 39}, {1, 39, 90}};
+    std::vector<Shape> shapes = decode_shapes();
+    shapes.insert(shapes.end(), boundary.begin(), boundary.end());
+    check_against_reference(t_d64_rows_or_chunks_layer(), 6406, shapes);
+}
+
+TEST_CASE("a layer with both forms and projections matches on either side of its threshold") {
+    check_against_reference(t_mha_rows_or_chunks_layer(), 9007,
+                            {{1, 24, 24}, {2, 25, 25}, {1, 5, 24}, {1, 5, 25}, {1, 60, 200}});
+}
+
 TEST_CASE("the plain reference schedule matches the reference") {
     check_against_reference(t_d64_reference_layer(), 6403);
 }
@@ -133,7 +150,7 @@ TEST_CASE("a query row whose every key is masked gives zeros, not NaN") {
     // Whole rows, the flash form and the split-KV form, where every chunk of a row is masked.
     const attngen::Layer &layer =
         GENERATE(std::cref(t_d32_whole_rows_layer()), std::cref(t_d64_flash_gqa_layer()),
-                 std::cref(t_d64_gqa_decode_layer()));
+                 std::cref(t_d64_rows_or_chunks_layer()), std::cref(t_d64_gqa_decode_layer()));
     INFO("layer " << layer.info.name);
     // Key padding of length 0 hides every key of batch 0; batch 1 keeps some.
     Problem problem(layer.info, 2, 9, 12, seed);

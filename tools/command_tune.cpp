@@ -73,8 +73,9 @@ void print_usage(std::FILE *stream) {
         "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
         "script that copies the work dir over and runs its arguments there). GPU targets\n"
         "(cuda, opencl) search query_tile and key_chunk, and the split-KV kv_chunk when every\n"
-        "shape is a decode shape; CPU targets the register blocks and the flash key_chunk, or,\n"
-        "when every shape is a decode shape, the split-KV kv_chunk alone.\n");
+        "shape is a decode shape; CPU targets the register blocks, the flash key_chunk and\n"
+        "rows_up_to (whole rows up to that Lk), or, when every shape is a decode shape, the\n"
+        "split-KV kv_chunk alone.\n");
 }
 
 /** "90", "90s", "10m", "1h" in seconds; negative if malformed. */
@@ -94,20 +95,21 @@ double parse_duration(const std::string &text) {
 }
 
 /**
- * The CPU schedule's parameters around the target's defaults: the register blocks and flash
- * chunk of the query-tile form (key_chunk 0: whole rows) and, with projections, the tiles of
+ * The CPU schedule's parameters around the target's defaults: the register blocks, flash
+ * chunk of the query-tile form (key_chunk 0: whole rows) and the length up to which it walks
+ * whole rows instead (rows_up_to) and, with projections, the tiles of
  * their GEMMs; or, when every shape is a decode shape, the KV chunk of the split-KV form
  * (which uses nothing else).
  */
 ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections) {
     if (decode)
         return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, cpu_default_kv_chunk("decode")}}};
-    ParamSpace space{
-        {{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
-         {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
-         {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
-         {"d_vectors", {1, 2, 4}, defaults.d_vectors},
-         {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")}}};
+    ParamSpace space{{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
+                      {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
+                      {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
+                      {"d_vectors", {1, 2, 4}, defaults.d_vectors},
+                      {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")},
+                      {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
     if (projections) {
         space.axes.push_back({"gemm_rows", {2, 3, 4, 5, 6, 8, 12}, defaults.gemm_rows});
         space.axes.push_back(
