@@ -4,7 +4,8 @@
 // and V rows are in cache: a chunk's scores are computed, masked and turned into probabilities
 // while they are in L1, vectorized along queries (K is broadcast from an aligned row-major copy,
 // no transpose); its P·V is register-blocked and vectorized along head_dim; the chunks combine
-// exactly.
+// exactly. With rows_up_to, the layer holds both forms and its tiles are specialized on Lk:
+// whole rows up to rows_up_to keys, chunks beyond.
 // The projections are packed GEMMs (each weight transposed once per call, register tiles that
 // broadcast activations); in decode, the projections over a few rows (Q and the output, and K
 // and V in self-attention) read the weights in place as dot products instead. The blocks come from
