@@ -63,7 +63,7 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
     // The two chunk forms exclude each other: naming one turns off the other's default, and
     // naming both nonzero is an error. -1 marks a chunk the text does not name.
     const CpuScheduleParams defaults = params;
-    params.kv_chunk = params.key_chunk = -1;
+    params.kv_chunk = params.key_chunk = params.rows_up_to = -1;
     std::string problem = parse_params(text, {{"query_vectors", &params.query_vectors, 16},
                                               {"key_block", &params.key_block, 16},
                                               {"query_block", &params.query_block, 16},
@@ -79,6 +79,10 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
         params.kv_chunk = key_named && params.key_chunk > 0 ? 0 : defaults.kv_chunk;
     if (!key_named)
         params.key_chunk = kv_named && params.kv_chunk > 0 ? 0 : defaults.key_chunk;
+    // The default rows_up_to goes with the default chunks: a key_chunk named alone means
+    // chunks at every length, and the split-KV form takes none.
+    if (params.rows_up_to < 0)
+        params.rows_up_to = key_named || kv_named || params.kv_chunk > 0 ? 0 : defaults.rows_up_to;
     if (problem.empty() && params.kv_chunk > 0 && params.key_chunk > 0) {
         const std::string both = "kv_chunk=" + std::to_string(params.kv_chunk) +
                                  " and key_chunk=" + std::to_string(params.key_chunk);

@@ -37,7 +37,9 @@ struct CpuScheduleParams {
      * kv_chunk. Both forms are generated into one pipeline, specialized on Lk: whole rows are
      * faster while a tile's rows stay in L2, chunks beyond. AVX-512, 2 threads, causal D=64,
      * tuned blocks (48-query tiles), AOT, 9 alternations, ms of chunks of 2048 / whole rows:
-     * 1.058 and 1.022 at Lk = 1024 and 2048, 0.918 and 0.839 at 4096 and 8192.
+     * 1.058 and 1.022 at Lk = 1024 and 2048, 0.918 and 0.839 at 4096 and 8192. Default: the
+     * target's (x86_schedule_params), with the default chunks only; naming key_chunk or
+     * kv_chunk without it sets it to 0.
      */
     int rows_up_to = 0;
     /**

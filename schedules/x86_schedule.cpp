@@ -17,6 +17,11 @@ CpuScheduleParams x86_schedule_params(const Halide::Target &target) {
         params.key_block = 6;
         params.query_block = 8;
         params.d_vectors = 2;
+        // Whole rows up to 2048 keys, chunks beyond (CpuScheduleParams::rows_up_to). With
+        // these blocks and 256-key chunks, AOT, 2 threads, H=8, ms with / without: causal D=64
+        // 0.942, 0.937, 0.998 and D=128 without a mask 0.952, 0.954, 0.991 at L = 1024, 2048,
+        // 8192 (7 alternations).
+        params.rows_up_to = 2048;
     } else if (lanes == 8) {
         // 16 registers: 3 x 4 = 12 score accumulators + 3 query vectors + 1 broadcast key;
         // 6 x 2 = 12 for P·V + 2 value vectors + 1 broadcast probability. Measured with
@@ -26,6 +31,11 @@ CpuScheduleParams x86_schedule_params(const Halide::Target &target) {
         params.key_block = 4;
         params.query_block = 6;
         params.d_vectors = 2;
+        // Whole rows up to 1024 keys: AVX2 code on the AVX-512 machine, as above, ms with
+        // rows_up_to 2048 / without: causal D=64 0.944, 0.964, 0.996 and D=128 without a mask
+        // 0.990, 1.032, 0.988 at L = 1024, 2048, 4096; 1024 keeps the gain at L = 1024 without
+        // the loss at 2048.
+        params.rows_up_to = 1024;
     } else {
         // SSE4.1: 16 registers of 4 floats; a 16-query tile is 4 vectors, 4 x 2 accumulators.
         params.query_vectors = 4;

@@ -323,6 +323,25 @@ TEST_CASE("with rows_up_to, a call runs whole rows or chunks by its key length")
     }
 }
 
+TEST_CASE("x86 layers walk whole rows up to 1024 keys (AVX2) unless a chunk is named") {
+    auto count = [](const std::string &schedule_params) {
+        const std::map<std::string, Stmt> functions =
+            lower_layer_functions({{"heads", "2"}, {"head_dim", "32"}}, schedule_params);
+        FormBranches branches("(key.extent.1 <= 1024)", functions);
+        for (const auto &[name, body] : functions)
+            body.accept(&branches);
+        return branches;
+    };
+    const FormBranches defaults = count("");
+    CHECK(defaults.branches == 1);
+    CHECK(defaults.then_partials == 0);
+    CHECK(defaults.else_partials > 0);
+    // key_chunk named alone: chunks at every length, no branch.
+    CHECK(count("key_chunk=64").branches == 0);
+    CHECK(count("key_chunk=64,rows_up_to=1024").branches == 1);
+    CHECK(count("rows_up_to=0").branches == 0);
+}
+
 TEST_CASE("structured masks are tested only on the blocks of keys they cut") {
     for (const std::string schedule_params : {"", "key_chunk=0"}) {
         for (const std::string mask : {"causal", "window(40)", "padding", "causal+padding"}) {
