@@ -304,16 +304,24 @@ class FormBranches : public IRVisitor {
     }
 };
 
+/** FormBranches on `condition` over the lowered functions of a layer (lower_layer_functions). */
+FormBranches form_branches(const std::map<std::string, std::string> &params,
+                           const std::string &schedule_params, const std::string &condition) {
+    const std::map<std::string, Stmt> functions = lower_layer_functions(params, schedule_params);
+    FormBranches branches(condition, functions);
+    for (const auto &[name, body] : functions)
+        body.accept(&branches);
+    return branches;
+}
+
 } // namespace
 
 TEST_CASE("with rows_up_to, a call runs whole rows or chunks by its key length") {
     for (const std::string mask : {"none", "causal"}) {
         INFO("mask " << mask);
-        const std::map<std::string, Stmt> functions = lower_layer_functions(
-            {{"heads", "2"}, {"head_dim", "32"}, {"mask", mask}}, "key_chunk=64,rows_up_to=300");
-        FormBranches branches("(key.extent.1 <= 300)", functions);
-        for (const auto &[name, body] : functions)
-            body.accept(&branches);
+        const FormBranches branches =
+            form_branches({{"heads", "2"}, {"head_dim", "32"}, {"mask", mask}},
+                          "key_chunk=64,rows_up_to=300", "(key.extent.1 <= 300)");
         // One branch: whole rows (masked scores, no partials) up to 300 keys, chunks beyond.
         CHECK(branches.branches == 1);
         CHECK(branches.then_masked > 0);
@@ -325,12 +333,8 @@ TEST_CASE("with rows_up_to, a call runs whole rows or chunks by its key length")
 
 TEST_CASE("x86 layers walk whole rows up to 1024 keys (AVX2) unless a chunk is named") {
     auto count = [](const std::string &schedule_params) {
-        const std::map<std::string, Stmt> functions =
-            lower_layer_functions({{"heads", "2"}, {"head_dim", "32"}}, schedule_params);
-        FormBranches branches("(key.extent.1 <= 1024)", functions);
-        for (const auto &[name, body] : functions)
-            body.accept(&branches);
-        return branches;
+        return form_branches({{"heads", "2"}, {"head_dim", "32"}}, schedule_params,
+                             "(key.extent.1 <= 1024)");
     };
     const FormBranches defaults = count("");
     CHECK(defaults.branches == 1);
