@@ -103,11 +103,14 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     const float masked_cutoff = lowest / 2;
     Expr score = t.scores(k, q, h, b);
     Expr visible = predicates_visible(spec, in, k, q, h, b);
+    const double units = score_units(spec, options);
     if (spec.mask.additive) {
         Expr bias = Halide::max(
             f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
             lowest);
-        score += bias;
+        // In base 2 the bias is scaled too, from at least the cutoff so that it stays finite
+        // (a bias below the cutoff masks its key anyway).
+        score += units == 1.0 ? bias : Halide::max(bias, masked_cutoff) * static_cast<float>(units);
         // A -inf bias masks even when a score_mod would make something finite of it.
         visible = visible && bias > masked_cutoff;
     }
@@ -172,6 +175,8 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN.
     auto exponential = [&](const Expr &x) {
+        if (units != 1.0)
+            return softmax_exp2(x);
         return options.polynomial_exp ? softmax_exp(x) : Halide::exp(x);
     };
     auto probability = [&](const Expr &key, const Expr &max) {
@@ -240,7 +245,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
 
 } // namespace
 
-Expr softmax_exp(const Expr &x) {
+Expr softmax_exp2(const Expr &x) {
     // 2^f on [-1/2, 1/2]: a near-minimax fit of the relative error (Lawson's iteration on 4001
     // Chebyshev points), 1.9e-9 in exact arithmetic and 1.1e-7 evaluated in f32.
     static constexpr float coefficients[] = {1.0f,
@@ -250,15 +255,24 @@ Expr softmax_exp(const Expr &x) {
                                              0.009618470445275307f,
                                              0.001339997281320393f,
                                              0.00015350867761299014f};
-    Expr t = Halide::clamp(x * 1.44269504f, -126.5f, 0.0f);
-    // t - 1/2 < 0, so truncation rounds it up: n is t rounded to the nearest integer, in
-    // [-127, 0], and (n + 127) << 23 is 2^n as a float's bits (0 for n = -127).
+    Expr t = Halide::max(x, -126.5f);
+    // For t < 1/2, t - 1/2 < 0, so truncation rounds it up: n is t rounded to the nearest
+    // integer, in [-127, 0], and (n + 127) << 23 is 2^n as a float's bits (0 for n = -127).
     Expr n = Halide::cast<int>(t - 0.5f);
     Expr f = t - Halide::cast<float>(n);
     Expr polynomial = coefficients[6];
     for (int i = 5; i >= 0; i--)
         polynomial = polynomial * f + coefficients[i];
     return polynomial * Halide::reinterpret<float>((n + 127) << 23);
+}
+
+Expr softmax_exp(const Expr &x) {
+    return softmax_exp2(Halide::min(x * 1.44269504f, 0.0f));
+}
+
+double score_units(const AttentionSpec &spec, const AlgorithmOptions &options) {
+    constexpr double log2_e = 1.4426950408889634;
+    return options.polynomial_exp && !spec.score_mod ? log2_e : 1.0;
 }
 
 AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
@@ -271,7 +285,9 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     const int head_dim = spec.resolved_head_dim();
     const int heads = spec.heads;
     const int model_dim = spec.resolved_model_dim();
-    const float scale = static_cast<float>(spec.resolved_scale());
+    // In base 2 (score_units), log2(e) rides on the scale: the scores come out in the units
+    // the softmax's exponential takes, at no cost per score.
+    const float scale = static_cast<float>(spec.resolved_scale() * score_units(spec, options));
     const Projections &proj = spec.projections;
 
     Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them

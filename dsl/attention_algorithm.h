@@ -140,8 +140,10 @@ struct AlgorithmOptions {
      */
     int rows_up_to = 0;
     /**
-     * The softmax's exponentials as softmax_exp rather than Halide::exp: about half the
-     * vector instructions on CPUs, where they are a tenth of a D=64 layer's time.
+     * The softmax's exponentials as polynomials rather than Halide::exp: about half the
+     * vector instructions on CPUs, where they are a tenth of a D=64 layer's time. The scores
+     * are then in base 2 (score_units) and the exponentials softmax_exp2, or softmax_exp where
+     * a score_mod must see natural scores.
      */
     bool polynomial_exp = false;
     /**
@@ -152,14 +154,30 @@ struct AlgorithmOptions {
 };
 
 /**
- * exp(x) for the softmax's arguments, x <= 0 (a score minus its row's maximum), in plain
- * arithmetic that vectorizes: 2^t with t = x log2(e) clamped to [-126.5, 0], as 2^n (built in
- * the float's exponent bits) times a degree-6 polynomial in f = t - n, |f| <= 1/2. Against exp
- * in double (tests/test_softmax_exp.cpp): absolute error under 1e-7 (Halide::exp: 1.04e-7), and
+ * 2^x for the softmax's arguments in base 2, x <= 0 (a score minus its row's maximum, both in
+ * units of log2(e) / score_units), in plain arithmetic that vectorizes: x clamped below at
+ * -126.5 is n + f with n an integer, |f| <= 1/2, and 2^x is 2^n (built in the float's exponent
+ * bits) times a degree-6 polynomial in f. The base-2 form saves the CPU softmax a multiply and a
+ * clamp per score over softmax_exp. Valid for x < 1/2. Against 2^x in double
+ * (tests/test_softmax_exp.cpp): relative error under 1.5e-7 (1.05e-7 measured) for x >= -125.5;
+ * below that, results of at most 2^-125.5 (0 from x = -126.5).
+ */
+Halide::Expr softmax_exp2(const Halide::Expr &x);
+
+/**
+ * exp(x) for x <= 0, as softmax_exp2(x log2(e)) clamped above at 0. Against exp in double
+ * (tests/test_softmax_exp.cpp): absolute error under 1e-7 (Halide::exp: 1.04e-7), and
  * relative error under 1e-7 (1 + |x|) for x >= -87; below that, results of at most exp(-87)
  * (0 from x = -87.7). Positive x gives 1.
  */
 Halide::Expr softmax_exp(const Halide::Expr &x);
+
+/**
+ * The units of the scores that build_attention's softmax works in: log2(e) per natural unit
+ * where the exponentials are polynomial (softmax_exp2; the factor is folded into the query
+ * scale and any bias) and no score_mod must see natural scores; else 1.
+ */
+double score_units(const AttentionSpec &spec, const AlgorithmOptions &options);
 
 /**
  * Builds the algorithm for a valid spec (check_spec must have returned no errors) and defines
