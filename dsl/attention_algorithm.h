@@ -154,11 +154,11 @@ struct AlgorithmOptions {
 };
 
 /**
- * 2^x for the softmax's arguments in base 2, x <= 0 (a score minus its row's maximum, both in
- * units of log2(e) / score_units), in plain arithmetic that vectorizes: x clamped below at
- * -126.5 is n + f with n an integer, |f| <= 1/2, and 2^x is 2^n (built in the float's exponent
- * bits) times a degree-6 polynomial in f. The base-2 form saves the CPU softmax a multiply and a
- * clamp per score over softmax_exp. Valid for x < 1/2. Against 2^x in double
+ * 2^x for the softmax's arguments in base 2, x <= 0 (a score minus its row's maximum, both
+ * natural scores times log2(e): see score_units), in plain arithmetic that vectorizes: x clamped
+ * below at -126.5 is n + f with n an integer, |f| <= 1/2, and 2^x is 2^n (built in the float's
+ * exponent bits) times a degree-6 polynomial in f. The base-2 form saves the CPU softmax a multiply
+ * and a clamp per score over softmax_exp. Valid for x < 1/2. Against 2^x in double
  * (tests/test_softmax_exp.cpp): relative error under 1.5e-7 (1.05e-7 measured) for x >= -125.5;
  * below that, results of at most 2^-125.5 (0 from x = -126.5).
  */
