@@ -151,11 +151,10 @@ std::optional<ParamPoint> ParamSearch::mutate_best() {
             const int at = static_cast<int>(
                 std::find(axis.values.begin(), axis.values.end(), point[axis.name]) -
                 axis.values.begin());
-            int to = at;
-            if (coin(rng_) < 0.8)
-                to = at + (coin(rng_) < 0.5 ? -1 : 1);
-            else
-                to = std::uniform_int_distribution<int>(0, count - 1)(rng_);
+            // Mostly a step to a neighbouring value, sometimes a jump anywhere on the axis.
+            const int to = coin(rng_) < 0.8
+                               ? at + (coin(rng_) < 0.5 ? -1 : 1)
+                               : std::uniform_int_distribution<int>(0, count - 1)(rng_);
             point[axis.name] = axis.values[std::clamp(to, 0, count - 1)];
         }
         if (proposable(point))
