@@ -106,8 +106,8 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     };
     constexpr int max_dim = 1 << 16;
 
-    if (spec.name.empty() || !(std::isalpha(static_cast<unsigned char>(spec.name[0])) ||
-                               spec.name[0] == '_'))
+    if (spec.name.empty() ||
+        !(std::isalpha(static_cast<unsigned char>(spec.name[0])) || spec.name[0] == '_'))
         fail("name", "must start with a letter or '_', got '" + spec.name + "'");
     for (char c : spec.name)
         if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
@@ -120,8 +120,8 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     if (spec.heads < 1 || spec.heads > 4096)
         fail("heads", "must be in 1..4096, got " + std::to_string(spec.heads));
     if (spec.kv_heads < 0 || spec.kv_heads > 4096)
-        fail("kv_heads", "must be in 1..4096 (or 0 for = heads), got " +
-                             std::to_string(spec.kv_heads));
+        fail("kv_heads",
+             "must be in 1..4096 (or 0 for = heads), got " + std::to_string(spec.kv_heads));
     else if (spec.heads >= 1 && spec.heads % spec.resolved_kv_heads() != 0)
         fail("kv_heads", "must divide heads (" + std::to_string(spec.heads) + "), got " +
                              std::to_string(spec.resolved_kv_heads()));
@@ -129,14 +129,14 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
         fail("head_dim", "must be in 1.." + std::to_string(max_dim) + " (or 0 to derive), got " +
                              std::to_string(spec.head_dim));
     if (spec.model_dim < 0 || spec.model_dim > max_dim)
-        fail("model_dim",
-             "must be in 1.." + std::to_string(max_dim) + ", got " + std::to_string(spec.model_dim));
+        fail("model_dim", "must be in 1.." + std::to_string(max_dim) + ", got " +
+                              std::to_string(spec.model_dim));
 
     const Projections &proj = spec.projections;
     bool in_projections = proj.q || proj.k || proj.v;
     if (in_projections && !(proj.q && proj.k && proj.v))
-        fail("projections", "must name all of q, k and v or none of them, got '" +
-                                to_string(proj) + "'");
+        fail("projections",
+             "must name all of q, k and v or none of them, got '" + to_string(proj) + "'");
     if (proj.out && !in_projections)
         fail("projections", "'out' needs q, k and v as well, got '" + to_string(proj) + "'");
     if (proj.bias && !proj.any())
@@ -146,8 +146,8 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
 
     if (proj.any()) {
         if (spec.model_dim <= 0)
-            fail("model_dim", "is required with projections, got " +
-                                  std::to_string(spec.model_dim));
+            fail("model_dim",
+                 "is required with projections, got " + std::to_string(spec.model_dim));
     } else if (spec.head_dim == 0 && spec.model_dim <= 0) {
         fail("head_dim", "is required without projections (or give model_dim), got 0");
     }
@@ -213,9 +213,9 @@ std::optional<Projections> parse_projections(const std::string &text, bool bias)
     if (body.empty())
         return std::nullopt;
     for (const std::string &name : split(body, ',')) {
-        bool *slot = name == "q" ? &proj.q
-                     : name == "k" ? &proj.k
-                     : name == "v" ? &proj.v
+        bool *slot = name == "q"     ? &proj.q
+                     : name == "k"   ? &proj.k
+                     : name == "v"   ? &proj.v
                      : name == "out" ? &proj.out
                                      : nullptr;
         if (!slot || *slot)
@@ -304,8 +304,8 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         }
     };
 
-    static const char *known[] = {"name", "model_dim", "heads", "kv_heads", "head_dim", "scale",
-                                  "dtype", "projections", "bias", "cross", "mask"};
+    static const char *known[] = {"name",  "model_dim",   "heads", "kv_heads", "head_dim", "scale",
+                                  "dtype", "projections", "bias",  "cross",    "mask"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)

@@ -83,7 +83,7 @@ std::string to_string(const ModExpr &expr);
 // Building expressions from C++: the embedded form of the language.
 ModExprPtr number(double value);
 ModExprPtr integer(long value);
-ModExprPtr boolean(bool value); ///< true or false
+ModExprPtr boolean(bool value);               ///< true or false
 ModExprPtr variable(const std::string &name); ///< score, b, h, q, k
 ModExprPtr scalar(const std::string &name);
 ModExprPtr tensor(const std::string &name, std::vector<ModExprPtr> indices);

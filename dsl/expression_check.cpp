@@ -357,9 +357,8 @@ bool is_identifier(const std::string &name) {
 
 /** Why a tensor or scalar may not take `name`: they become entry-point arguments. */
 std::string why_reserved_argument(const std::string &name) {
-    for (const char *argument :
-         {"query", "key", "value", "x", "context", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo",
-          "key_lengths", "attn_bias", "out"})
+    for (const char *argument : {"query", "key", "value", "x", "context", "wq", "wk", "wv", "wo",
+                                 "bq", "bk", "bv", "bo", "key_lengths", "attn_bias", "out"})
         if (name == argument)
             return "a built-in argument of every layer that has it";
     if (name.rfind("__", 0) == 0)
@@ -425,8 +424,6 @@ std::string why_reserved(const std::string &name) {
         return "a function";
     return "";
 }
-
-
 
 const char *to_string(ExprType type) {
     switch (type) {

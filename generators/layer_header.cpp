@@ -21,7 +21,9 @@ const char *runtime_dtype(DType dtype) {
     return "attngen::DType::f32";
 }
 
-const char *cpp_bool(bool value) { return value ? "true" : "false"; }
+const char *cpp_bool(bool value) {
+    return value ? "true" : "false";
+}
 
 /** A C++ string literal of `text`. */
 std::string quote(const std::string &text) {
@@ -77,12 +79,11 @@ std::string extras_table(const AttentionSpec &spec) {
             dims += (dims.empty() ? "" : ", ") + code;
         }
         rows += fmt::format("        {{\"{}\", false, attngen::DType::{}, {}, {{{}}}}},\n",
-                            tensor.name, tensor.is_int32 ? "i32" : "f32", tensor.dims.size(),
-                            dims);
+                            tensor.name, tensor.is_int32 ? "i32" : "f32", tensor.dims.size(), dims);
     }
     for (const RuntimeScalar &scalar : spec.scalars)
-        rows += fmt::format("        {{\"{}\", true, attngen::DType::{}, 0, {{}}}},\n",
-                            scalar.name, scalar.is_int32 ? "i32" : "f32");
+        rows += fmt::format("        {{\"{}\", true, attngen::DType::{}, 0, {{}}}},\n", scalar.name,
+                            scalar.is_int32 ? "i32" : "f32");
     return rows;
 }
 
@@ -111,9 +112,9 @@ std::string argument_docs(const AttentionSpec &spec) {
     for (const RuntimeTensor &tensor : spec.tensors) {
         std::string dims;
         for (const TensorDim &dim : tensor.dims)
-            dims += (dims.empty() ? "" : ", ") +
-                    (dim.symbol == TensorDim::Symbol::fixed ? std::to_string(dim.extent)
-                                                            : symbol_name(dim.symbol));
+            dims += (dims.empty() ? "" : ", ") + (dim.symbol == TensorDim::Symbol::fixed
+                                                      ? std::to_string(dim.extent)
+                                                      : symbol_name(dim.symbol));
         line("tensor " + tensor.name + " (" + dims + ") " + (tensor.is_int32 ? "i32" : "f32") +
              ", by args.set_tensor(\"" + tensor.name + "\", ...)");
     }
@@ -230,25 +231,24 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("name", name), fmt::arg("halide", halide), fmt::arg("heads", spec.heads),
         fmt::arg("kv_heads", spec.resolved_kv_heads()),
         fmt::arg("head_dim", spec.resolved_head_dim()),
-        fmt::arg("model_dim", spec.resolved_model_dim()),
-        fmt::arg("scale", spec.resolved_scale()), fmt::arg("dtype", to_string(spec.dtype)),
-        fmt::arg("rt_dtype", runtime_dtype(spec.dtype)),
+        fmt::arg("model_dim", spec.resolved_model_dim()), fmt::arg("scale", spec.resolved_scale()),
+        fmt::arg("dtype", to_string(spec.dtype)), fmt::arg("rt_dtype", runtime_dtype(spec.dtype)),
         fmt::arg("projections", to_string(proj)), fmt::arg("bias", cpp_bool(proj.bias)),
         fmt::arg("cross", cpp_bool(spec.cross_attention)), fmt::arg("mask", to_string(spec.mask)),
         fmt::arg("has_proj", cpp_bool(proj.q)), fmt::arg("has_out", cpp_bool(proj.out)),
         fmt::arg("causal", cpp_bool(spec.mask.causal)),
-        fmt::arg("padding", cpp_bool(spec.mask.key_padding)),
-        fmt::arg("window", spec.mask.window), fmt::arg("additive", cpp_bool(spec.mask.additive)),
-        fmt::arg("docs", argument_docs(spec)), fmt::arg("thunks", thunks),
-        fmt::arg("variants", variants), fmt::arg("variant_count", targets.size()),
+        fmt::arg("padding", cpp_bool(spec.mask.key_padding)), fmt::arg("window", spec.mask.window),
+        fmt::arg("additive", cpp_bool(spec.mask.additive)), fmt::arg("docs", argument_docs(spec)),
+        fmt::arg("thunks", thunks), fmt::arg("variants", variants),
+        fmt::arg("variant_count", targets.size()),
         fmt::arg("expressions", quote(expressions_text(spec))),
-        fmt::arg("expression_comment",
-                 spec.score_mod || !spec.mask_predicates.empty()
-                     ? "// " + expressions_text(spec) + "\n"
-                     : std::string()),
+        fmt::arg("expression_comment", spec.score_mod || !spec.mask_predicates.empty()
+                                           ? "// " + expressions_text(spec) + "\n"
+                                           : std::string()),
         fmt::arg("extras_decl", extras.empty() ? std::string()
                                                : "    static const attngen::ExtraArgument extras[] "
-                                                 "= {\n" + extras + "    };\n"),
+                                                 "= {\n" +
+                                                     extras + "    };\n"),
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()));
 }

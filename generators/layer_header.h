@@ -10,7 +10,9 @@
 namespace attngen {
 
 /** The suffix of the Halide function behind a layer's typed entry point. */
-inline const char *halide_function_suffix() { return "_halide"; }
+inline const char *halide_function_suffix() {
+    return "_halide";
+}
 
 /**
  * The text of <spec.name>.h for a valid spec whose Halide library was generated for `targets`

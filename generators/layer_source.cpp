@@ -8,7 +8,8 @@ namespace attngen {
 LayerSource load_layer(const std::map<std::string, std::string> &params) {
     LayerSource source;
     std::map<std::string, std::string> description = params;
-    for (const char *ignored : {"schedule", "schedule_params", "target", "tuned", "tuned_digest", "shape_class"})
+    for (const char *ignored :
+         {"schedule", "schedule_params", "target", "tuned", "tuned_digest", "shape_class"})
         description.erase(ignored);
     auto file = description.find("spec");
     if (file == description.end()) {

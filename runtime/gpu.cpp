@@ -45,9 +45,9 @@ bool cuda_device_zero(int *device) {
 
 /** The compute capability of CUDA device 0 as major * 10 + minor; 0 without one. */
 int probe_cuda_capability() {
-    auto attribute =
-        driver_symbol<int (*)(int *, int, int)>(cuda_driver(), "cuDeviceGetAttribute");
-    const int major_attribute = 75, minor_attribute = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+    auto attribute = driver_symbol<int (*)(int *, int, int)>(cuda_driver(), "cuDeviceGetAttribute");
+    const int major_attribute = 75,
+              minor_attribute = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
     int device = 0, major = 0, minor = 0;
     if (!attribute || !cuda_device_zero(&device) ||
         attribute(&major, major_attribute, device) != 0 ||
@@ -151,7 +151,9 @@ void set_gpu_policy(GpuPolicy value) {
     internal::install_halide_hooks();
     policy.store(value);
 }
-GpuPolicy gpu_policy() { return policy.load(); }
+GpuPolicy gpu_policy() {
+    return policy.load();
+}
 
 bool gpu_available(Device device) {
     internal::install_halide_hooks();
@@ -164,7 +166,9 @@ bool gpu_available(Device device) {
 #endif
 }
 
-Device last_device() { return dispatched_device; }
+Device last_device() {
+    return dispatched_device;
+}
 
 void set_cuda_context(void *context, void *stream) {
     internal::install_halide_hooks();
@@ -188,7 +192,9 @@ bool gpu_variant_runs(const LayerVariant &variant) {
 #endif
 }
 
-void record_device(Device device) { dispatched_device = device; }
+void record_device(Device device) {
+    dispatched_device = device;
+}
 
 void install_cuda_hooks() {
 #if ATTNGEN_RUNTIME_GPU
@@ -199,8 +205,8 @@ void install_cuda_hooks() {
 }
 
 #if ATTNGEN_RUNTIME_GPU
-Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer,
-                        bool on_device, bool is_output) {
+Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer, bool on_device,
+                        bool is_output) {
     if (!on_device) {
         // Halide copies dirty host data in, and run() copies the output back.
         if (!is_output)
@@ -243,10 +249,11 @@ Status attach_to_device(Device device, void *, halide_buffer_t *, bool, bool) {
     return Status::error(std::string("attngen: this runtime was built without ") +
                          device_name(device) + " support");
 }
-Status detach_from_device(Device, void *, halide_buffer_t *, bool, bool) { return Status(); }
+Status detach_from_device(Device, void *, halide_buffer_t *, bool, bool) {
+    return Status();
+}
 #endif
 
 } // namespace internal
 
 } // namespace attngen
-

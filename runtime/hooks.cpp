@@ -69,10 +69,9 @@ bool detect_cpu_support(CpuVariant variant) {
 
 /** CPU features are read once: dispatch happens on every call. */
 bool cpu_supports(CpuVariant variant) {
-    static const bool supported[] = {true, detect_cpu_support(CpuVariant::avx512),
-                                     detect_cpu_support(CpuVariant::avx2),
-                                     detect_cpu_support(CpuVariant::baseline),
-                                     detect_cpu_support(CpuVariant::arm_fp16)};
+    static const bool supported[] = {
+        true, detect_cpu_support(CpuVariant::avx512), detect_cpu_support(CpuVariant::avx2),
+        detect_cpu_support(CpuVariant::baseline), detect_cpu_support(CpuVariant::arm_fp16)};
     return supported[static_cast<int>(variant)];
 }
 
@@ -89,7 +88,9 @@ void install_halide_hooks() {
     });
 }
 
-CpuVariant forced_cpu_variant() { return forced_variant.load(); }
+CpuVariant forced_cpu_variant() {
+    return forced_variant.load();
+}
 
 const LayerVariant *choose_variant(const Layer &layer, bool device_tensors, std::string &why) {
     const GpuPolicy policy = gpu_policy();
@@ -110,9 +111,9 @@ const LayerVariant *choose_variant(const Layer &layer, bool device_tensors, std:
         missing += std::string(missing.empty() ? "" : ", ") + device_name(variant.device);
     }
     if (gpu_needed) {
-        why = missing.empty() ? "it has no GPU variant"
-                              : "no " + missing +
-                                    " driver and device that runs its GPU variants is present";
+        why = missing.empty()
+                  ? "it has no GPU variant"
+                  : "no " + missing + " driver and device that runs its GPU variants is present";
         why += device_tensors ? ", and tensors were given as device pointers"
                               : ", and the GPU policy is require";
         return nullptr;
@@ -166,9 +167,13 @@ Status force_cpu_variant(CpuVariant variant) {
     return Status();
 }
 
-CpuVariant last_cpu_variant() { return dispatched ? dispatched->cpu : CpuVariant::automatic; }
+CpuVariant last_cpu_variant() {
+    return dispatched ? dispatched->cpu : CpuVariant::automatic;
+}
 
-const char *last_target() { return dispatched ? dispatched->target : ""; }
+const char *last_target() {
+    return dispatched ? dispatched->target : "";
+}
 
 Status set_num_threads(int threads) {
     if (threads < 0 || threads > 1024)

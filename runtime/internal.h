@@ -57,8 +57,8 @@ void install_cuda_hooks();
  * input dirty so that Halide copies it in. detach_from_device undoes it after the call, copying
  * a host output back first.
  */
-Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer,
-                        bool on_device, bool is_output);
+Status attach_to_device(Device device, void *user_context, halide_buffer_t *buffer, bool on_device,
+                        bool is_output);
 Status detach_from_device(Device device, void *user_context, halide_buffer_t *buffer,
                           bool on_device, bool is_output);
 

@@ -81,13 +81,20 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
         const char *name;
         const Tensor *tensor;
     };
-    const Named inputs[] = {{"query", &args.query}, {"key", &args.key},
-                            {"value", &args.value}, {"x", &args.x},
-                            {"context", &args.context}, {"wq", &args.wq},
-                            {"wk", &args.wk},       {"wv", &args.wv},
-                            {"wo", &args.wo},       {"bq", &args.bq},
-                            {"bk", &args.bk},       {"bv", &args.bv},
-                            {"bo", &args.bo},       {"key_lengths", &args.key_lengths},
+    const Named inputs[] = {{"query", &args.query},
+                            {"key", &args.key},
+                            {"value", &args.value},
+                            {"x", &args.x},
+                            {"context", &args.context},
+                            {"wq", &args.wq},
+                            {"wk", &args.wk},
+                            {"wv", &args.wv},
+                            {"wo", &args.wo},
+                            {"bq", &args.bq},
+                            {"bk", &args.bk},
+                            {"bv", &args.bv},
+                            {"bo", &args.bo},
+                            {"key_lengths", &args.key_lengths},
                             {"attn_bias", &args.attn_bias}};
     for (const Named &input : inputs)
         if (std::strcmp(name, input.name) == 0) {
@@ -107,7 +114,9 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
 
 namespace internal {
 
-void install_error_routing() { halide_set_error_handler(route_error); }
+void install_error_routing() {
+    halide_set_error_handler(route_error);
+}
 
 } // namespace internal
 
@@ -170,16 +179,16 @@ Status run(const Layer &layer, const Arguments &args) {
         std::string targets;
         for (int i = 0; i < layer.variant_count; i++)
             targets += std::string(i ? ", " : "") + layer.variants[i].target;
-        return Status::error("attngen: layer '" + std::string(layer.info.name) + "' cannot run: " +
-                             why + "; it has " + targets);
+        return Status::error("attngen: layer '" + std::string(layer.info.name) +
+                             "' cannot run: " + why + "; it has " + targets);
     }
     const Device device = variant->device;
     size_t attached = 0;
     if (device != Device::cpu) {
         for (; attached < views.size(); attached++) {
             HalideView &view = *views[attached];
-            status = internal::attach_to_device(device, user_context, &view.buffer,
-                                                view.on_device, view.is_output);
+            status = internal::attach_to_device(device, user_context, &view.buffer, view.on_device,
+                                                view.is_output);
             if (!status)
                 break;
         }
@@ -188,9 +197,8 @@ Status run(const Layer &layer, const Arguments &args) {
     // Undo every attach, copying a host output back, even when the call failed.
     for (size_t i = 0; i < attached; i++) {
         HalideView &view = *views[i];
-        Status detached = internal::detach_from_device(device, user_context, &view.buffer,
-                                                       view.on_device,
-                                                       view.is_output && result == 0);
+        Status detached = internal::detach_from_device(
+            device, user_context, &view.buffer, view.on_device, view.is_output && result == 0);
         if (status && result == 0 && !detached)
             status = detached;
     }

@@ -44,7 +44,7 @@ struct ArgRule {
     const Layout *layout;
     bool given;
     const void *data;
-    bool wanted;    ///< the layer takes this argument
+    bool wanted;         ///< the layer takes this argument
     const char *why_not; ///< when not wanted: what the layer lacks
     DType dtype;
     DimList dims;
@@ -56,7 +56,9 @@ struct Bound {
     const char *by = nullptr;
 };
 
-std::string quoted(const char *name) { return std::string("`") + name + "`"; }
+std::string quoted(const char *name) {
+    return std::string("`") + name + "`";
+}
 
 std::string shape_text(const DimList &dims) {
     std::string text = "(";
@@ -77,8 +79,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
 
     auto rule = [&](const char *name, const Tensor &tensor, bool wanted, const char *why_not,
                     DType dtype, DimList dims) {
-        return ArgRule{name,  &tensor, tensor.given(), tensor.data, wanted, why_not, dtype, dims,
-                       tensor.on_device};
+        return ArgRule{name,    &tensor, tensor.given(), tensor.data,     wanted,
+                       why_not, dtype,   dims,           tensor.on_device};
     };
     std::vector<ArgRule> rules = {
         rule("query", args.query, !proj, "has projections: pass `x`", t,
@@ -118,11 +120,10 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
 Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
                                  std::vector<ArgRule> &rules) {
     static const Tensor absent;
-    static const char *const dimension_names[] = {"size[0]", "size[1]", "size[2]",
-                                                  "size[3]"};
+    static const char *const dimension_names[] = {"size[0]", "size[1]", "size[2]", "size[3]"};
     // In self-attention the keys are the queries: a keys-sized dimension has the query length.
-    const Symbol keys = info.projections && !info.cross_attention ? Symbol::query_len
-                                                                  : Symbol::key_len;
+    const Symbol keys =
+        info.projections && !info.cross_attention ? Symbol::query_len : Symbol::key_len;
     for (const auto &entry : args.tensors) {
         if (internal::find_extra(info, entry.first, false) == nullptr)
             return Status::error("attngen: tensor `" + entry.first + "` was given but layer '" +
@@ -136,11 +137,12 @@ Status add_declared_tensor_rules(const LayerInfo &info, const Arguments &args,
         const Tensor *tensor = given != nullptr ? given : &absent;
         DimList dims{};
         for (int d = 0; d < extra.rank && d < Layout::max_rank; d++) {
-            DimRule rule = extra.dims[d] == dim_batch     ? DimRule{"batch", Symbol::batch, 0}
-                           : extra.dims[d] == dim_queries ? DimRule{"query length", Symbol::query_len, 0}
-                           : extra.dims[d] == dim_keys    ? DimRule{"key length", keys, 0}
-                                                          : DimRule{dimension_names[d], Symbol::none,
-                                                                    extra.dims[d]};
+            DimRule rule = extra.dims[d] == dim_batch ? DimRule{"batch", Symbol::batch, 0}
+                           : extra.dims[d] == dim_queries
+                               ? DimRule{"query length", Symbol::query_len, 0}
+                           : extra.dims[d] == dim_keys
+                               ? DimRule{"key length", keys, 0}
+                               : DimRule{dimension_names[d], Symbol::none, extra.dims[d]};
             dims.items[dims.count++] = rule;
         }
         rules.push_back(ArgRule{extra.name, tensor, tensor->given(), tensor->data, true, "",
@@ -193,7 +195,8 @@ struct Span {
 Span span_of(const Layout &layout, const void *data) {
     uint64_t last = 0;
     for (int i = 0; i < layout.rank; i++)
-        last += static_cast<uint64_t>(layout.shape[i] - 1) * static_cast<uint64_t>(layout.strides[i]);
+        last +=
+            static_cast<uint64_t>(layout.shape[i] - 1) * static_cast<uint64_t>(layout.strides[i]);
     auto first = reinterpret_cast<uintptr_t>(data);
     return {first, first + (last + 1) * dtype_size(layout.dtype) - 1};
 }
@@ -206,7 +209,8 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
     if (data == nullptr)
         return Status::error("attngen: " + arg + " has a null data pointer");
     if (layout.rank == -1)
-        return Status::error("attngen: " + arg + " was given different numbers of sizes and strides");
+        return Status::error("attngen: " + arg +
+                             " was given different numbers of sizes and strides");
     if (layout.rank != rank)
         return Status::error("attngen: " + arg + " must have rank " + std::to_string(rank) + " " +
                              shape_text(dims) + ", got rank " + std::to_string(layout.rank));
@@ -251,8 +255,7 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
         if (layout.strides[i] < needed)
             return Status::error("attngen: " + arg + " has overlapping elements: stride " +
                                  std::to_string(layout.strides[i]) + " in dimension " +
-                                 std::to_string(i) + " must be at least " +
-                                 std::to_string(needed));
+                                 std::to_string(i) + " must be at least " + std::to_string(needed));
         needed = layout.strides[i] * layout.shape[i];
     }
     return Status();
@@ -284,8 +287,8 @@ Status validate(const Layer &layer, const Arguments &args) {
             return Status::error("attngen: layer '" + std::string(info.name) + "' needs " +
                                  quoted(rule.name) + " " + shape_text(rule.dims) +
                                  " but it was not given");
-        Status status = check_layout(rule.name, *rule.layout, rule.data, rule.dtype, rule.dims,
-                                     info, false);
+        Status status =
+            check_layout(rule.name, *rule.layout, rule.data, rule.dtype, rule.dims, info, false);
         if (!status)
             return status;
         for (size_t i = 0; i < rule.dims.size(); i++) {
@@ -293,19 +296,18 @@ Status validate(const Layer &layer, const Arguments &args) {
             int64_t actual = rule.layout->shape[i];
             if (dim.symbol == Symbol::none) {
                 if (actual != dim.fixed)
-                    return Status::error("attngen: " + quoted(rule.name) + " has " +
-                                         dim.meaning + " " + std::to_string(actual) +
-                                         " but layer '" + info.name + "' was generated for " +
-                                         std::to_string(dim.fixed));
+                    return Status::error("attngen: " + quoted(rule.name) + " has " + dim.meaning +
+                                         " " + std::to_string(actual) + " but layer '" + info.name +
+                                         "' was generated for " + std::to_string(dim.fixed));
                 continue;
             }
             Bound &b = bound[static_cast<int>(dim.symbol)];
             if (b.by == nullptr) {
                 b = {actual, rule.name};
             } else if (b.value != actual) {
-                return Status::error("attngen: " + quoted(rule.name) + " has " + dim.meaning +
-                                     " " + std::to_string(actual) + " but " + quoted(b.by) +
-                                     " has " + dim.meaning + " " + std::to_string(b.value));
+                return Status::error("attngen: " + quoted(rule.name) + " has " + dim.meaning + " " +
+                                     std::to_string(actual) + " but " + quoted(b.by) + " has " +
+                                     dim.meaning + " " + std::to_string(b.value));
             }
         }
     }
@@ -318,14 +320,13 @@ Status validate(const Layer &layer, const Arguments &args) {
 
     // The output.
     const bool projected_out = info.out_projection;
-    const DimList out_dims =
-        projected_out ? DimList{{"batch", Symbol::batch, 0},
-                                {"query length", Symbol::query_len, 0},
-                                {"model_dim", Symbol::none, info.model_dim}}
-                      : DimList{{"batch", Symbol::batch, 0},
-                                {"heads", Symbol::none, info.heads},
-                                {"query length", Symbol::query_len, 0},
-                                {"head_dim", Symbol::none, info.head_dim}};
+    const DimList out_dims = projected_out ? DimList{{"batch", Symbol::batch, 0},
+                                                     {"query length", Symbol::query_len, 0},
+                                                     {"model_dim", Symbol::none, info.model_dim}}
+                                           : DimList{{"batch", Symbol::batch, 0},
+                                                     {"heads", Symbol::none, info.heads},
+                                                     {"query length", Symbol::query_len, 0},
+                                                     {"head_dim", Symbol::none, info.head_dim}};
     if (!args.out.given())
         return Status::error("attngen: layer '" + std::string(info.name) + "' needs `out` " +
                              shape_text(out_dims) + " but it was not given");
@@ -355,9 +356,9 @@ Status validate(const Layer &layer, const Arguments &args) {
         if (!rule.given || rule.on_device != args.out.on_device)
             continue;
         Span in_span = span_of(*rule.layout, rule.data);
-        const bool overlaps = rule.on_device
-                                  ? rule.data == args.out.data
-                                  : in_span.first <= out_span.last && out_span.first <= in_span.last;
+        const bool overlaps =
+            rule.on_device ? rule.data == args.out.data
+                           : in_span.first <= out_span.last && out_span.first <= in_span.last;
         if (overlaps)
             return Status::error("attngen: `out` overlaps " + quoted(rule.name) +
                                  "; the output must not share memory with an input");

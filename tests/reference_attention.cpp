@@ -81,7 +81,8 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                                    K[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
                         score = p.scale * dot;
                         if (p.additive)
-                            score += p.attn_bias[((static_cast<size_t>(b) * H + h) * Lq + i) * Lk + j];
+                            score +=
+                                p.attn_bias[((static_cast<size_t>(b) * H + h) * Lq + i) * Lk + j];
                         if (p.score_mod)
                             score = p.score_mod(score, b, h, i, j);
                     }
@@ -98,7 +99,8 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                 for (int d = 0; d < D; d++) {
                     double sum = 0.0;
                     for (int j = 0; j < Lk; j++)
-                        sum += weights[j] * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
+                        sum +=
+                            weights[j] * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
                     O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d] = sum / total;
                 }
             }

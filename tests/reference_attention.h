@@ -16,12 +16,12 @@ struct ReferenceProblem {
     int window = 0;
     bool projections = false, out_projection = false, bias = false, cross = false;
 
-    std::vector<double> query, key, value;         // (B,H,Lq,D), (B,Hkv,Lk,D), (B,Hkv,Lk,D)
-    std::vector<double> x, context;                // (B,Lq,M), (B,Lk,M)
-    std::vector<double> wq, wk, wv, wo;            // (out, in)
-    std::vector<double> bq, bk, bv, bo;            // (out)
-    std::vector<int> key_lengths;                  // (B)
-    std::vector<double> attn_bias;                 // (B,H,Lq,Lk)
+    std::vector<double> query, key, value; // (B,H,Lq,D), (B,Hkv,Lk,D), (B,Hkv,Lk,D)
+    std::vector<double> x, context;        // (B,Lq,M), (B,Lk,M)
+    std::vector<double> wq, wk, wv, wo;    // (out, in)
+    std::vector<double> bq, bk, bv, bo;    // (out)
+    std::vector<int> key_lengths;          // (B)
+    std::vector<double> attn_bias;         // (B,H,Lq,Lk)
 
     /** A score modification, applied to scale * q.k (plus the additive bias); none if empty. */
     std::function<double(double score, int b, int h, int q, int k)> score_mod;

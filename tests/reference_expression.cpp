@@ -19,7 +19,9 @@ struct Value {
 double euclid_mod(double a, double b) {
     return b == 0 ? 0 : a - std::abs(b) * std::floor(a / std::abs(b));
 }
-double euclid_div(double a, double b) { return b == 0 ? 0 : (a - euclid_mod(a, b)) / b; }
+double euclid_div(double a, double b) {
+    return b == 0 ? 0 : (a - euclid_mod(a, b)) / b;
+}
 
 Value eval(const attngen::ModExpr &e, const ReferenceBindings &env, double score, int b, int h,
            int q, int k) {
@@ -36,7 +38,10 @@ Value eval(const attngen::ModExpr &e, const ReferenceBindings &env, double score
     case Kind::variable:
         if (e.name == "score")
             return {score, false};
-        return {static_cast<double>(e.name == "b" ? b : e.name == "h" ? h : e.name == "q" ? q : k),
+        return {static_cast<double>(e.name == "b"   ? b
+                                    : e.name == "h" ? h
+                                    : e.name == "q" ? q
+                                                    : k),
                 true};
     case Kind::scalar: {
         const auto &scalar = env.scalars.at(e.name);
@@ -46,8 +51,8 @@ Value eval(const attngen::ModExpr &e, const ReferenceBindings &env, double score
         const ReferenceTensor &t = env.tensors.at(e.name);
         int64_t offset = 0;
         for (size_t i = 0; i < t.shape.size(); i++) {
-            int64_t index = static_cast<int64_t>(args[i].is_int ? args[i].number
-                                                                : std::trunc(args[i].number));
+            int64_t index =
+                static_cast<int64_t>(args[i].is_int ? args[i].number : std::trunc(args[i].number));
             offset = offset * t.shape[i] + std::clamp<int64_t>(index, 0, t.shape[i] - 1);
         }
         return {t.values[static_cast<size_t>(offset)], t.is_int32};

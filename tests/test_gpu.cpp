@@ -35,8 +35,8 @@ using namespace attngen_test;
 namespace {
 
 /** The API the GPU layers were compiled for. */
-constexpr attngen::Device test_api = ATTNGEN_TEST_CUDA ? attngen::Device::cuda
-                                                       : attngen::Device::opencl;
+constexpr attngen::Device test_api =
+    ATTNGEN_TEST_CUDA ? attngen::Device::cuda : attngen::Device::opencl;
 
 /** Whether the GPU cases can run here; prints why not, and fails where CI requires them. */
 bool gpu_present() {
@@ -100,8 +100,7 @@ TEST_CASE("GPU schedule: projections, biases and grouped heads") {
     check_on_gpu(g_mha_self_layer(), 505);
 }
 
-TEST_CASE(
-    "GPU split-KV decode form: grouped-query, causal and padding, several chunks") {
+TEST_CASE("GPU split-KV decode form: grouped-query, causal and padding, several chunks") {
     check_on_gpu(g_d64_gqa_decode_layer(), 509);
 }
 
@@ -134,8 +133,7 @@ TEST_CASE("GPU policy require on a layer without a GPU variant is refused, outpu
     CHECK(status.message() ==
           "attngen: layer 't_d16_plain' cannot run: it has no GPU variant, and the GPU policy is "
           "require; it has " +
-              std::string(layer.variants[0].target) +
-              [&] {
+              std::string(layer.variants[0].target) + [&] {
                   std::string rest;
                   for (int i = 1; i < layer.variant_count; i++)
                       rest += std::string(", ") + layer.variants[i].target;

@@ -115,10 +115,15 @@ TEST_CASE("masks parse, combine and print back") {
 
 TEST_CASE("parameters round-trip and malformed ones name their key") {
     std::vector<attngen::SpecError> errors;
-    AttentionSpec spec = attngen::spec_from_params(
-        {{"model_dim", "96"}, {"heads", "6"}, {"kv_heads", "2"}, {"projections", "q, k, v, out"},
-         {"bias", "true"}, {"mask", "causal+window(8)"}, {"scale", "0.25"}, {"dtype", "bf16"}},
-        errors);
+    AttentionSpec spec = attngen::spec_from_params({{"model_dim", "96"},
+                                                    {"heads", "6"},
+                                                    {"kv_heads", "2"},
+                                                    {"projections", "q, k, v, out"},
+                                                    {"bias", "true"},
+                                                    {"mask", "causal+window(8)"},
+                                                    {"scale", "0.25"},
+                                                    {"dtype", "bf16"}},
+                                                   errors);
     REQUIRE(errors.empty());
     CHECK(problems(spec).empty());
     std::vector<attngen::SpecError> again;
@@ -128,8 +133,11 @@ TEST_CASE("parameters round-trip and malformed ones name their key") {
     CHECK(round_trip.resolved_scale() == 0.25);
 
     errors.clear();
-    attngen::spec_from_params({{"heads", "eight"}, {"colour", "red"}, {"dtype", "f64"},
-                               {"projections", "q,q"}, {"mask", "causal+"}},
+    attngen::spec_from_params({{"heads", "eight"},
+                               {"colour", "red"},
+                               {"dtype", "f64"},
+                               {"projections", "q,q"},
+                               {"mask", "causal+"}},
                               errors);
     CHECK(attngen::describe_errors(errors) ==
           "colour: is not a field of an attention layer\n"

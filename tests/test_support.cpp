@@ -116,10 +116,10 @@ void fill(HostTensor &tensor, attngen::DType dtype, std::vector<int64_t> shape, 
         return;
     tensor.half.resize(tensor.values.size());
     for (size_t i = 0; i < tensor.values.size(); i++) {
-        tensor.half[i] = dtype == attngen::DType::f16 ? to_f16(tensor.values[i])
-                                                      : to_bf16(tensor.values[i]);
-        tensor.values[i] = dtype == attngen::DType::f16 ? from_f16(tensor.half[i])
-                                                        : from_bf16(tensor.half[i]);
+        tensor.half[i] =
+            dtype == attngen::DType::f16 ? to_f16(tensor.values[i]) : to_bf16(tensor.values[i]);
+        tensor.values[i] =
+            dtype == attngen::DType::f16 ? from_f16(tensor.half[i]) : from_bf16(tensor.half[i]);
     }
 }
 
@@ -242,7 +242,9 @@ std::vector<int64_t> Problem::out_shape() const {
     return {batch, info.heads, query_len, info.head_dim};
 }
 
-size_t Problem::out_elements() const { return count(out_shape()); }
+size_t Problem::out_elements() const {
+    return count(out_shape());
+}
 
 ReferenceProblem Problem::reference() const {
     ReferenceProblem p;
@@ -334,7 +336,7 @@ std::string describe(const Problem &problem, uint32_t seed) {
 }
 
 std::vector<Shape> shapes_for(uint32_t seed) {
-    std::vector<Shape> shapes = {{1, 1, 1},  {1, 1, 37}, {1, 37, 1}, {2, 7, 7},
+    std::vector<Shape> shapes = {{1, 1, 1},   {1, 1, 37},  {1, 37, 1},  {2, 7, 7},
                                  {3, 17, 23}, {1, 33, 16}, {2, 64, 64}, {1, 45, 130}};
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> batch(1, 3), length(1, 100);

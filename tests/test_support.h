@@ -25,16 +25,16 @@ float from_bf16(uint16_t bits);
 struct HostTensor {
     attngen::DType dtype = attngen::DType::f32;
     std::vector<int64_t> shape;
-    std::vector<float> values;   ///< what the layer reads, after rounding to dtype
-    std::vector<uint16_t> half;  ///< storage for f16/bf16
-    std::vector<int32_t> ints;   ///< storage for i32
+    std::vector<float> values;  ///< what the layer reads, after rounding to dtype
+    std::vector<uint16_t> half; ///< storage for f16/bf16
+    std::vector<int32_t> ints;  ///< storage for i32
     const void *data() const;
     attngen::Tensor view() const;
 };
 
 /** Random inputs for one call of a layer, with Lq, Lk and batch chosen by the caller. */
 class Problem {
-public:
+  public:
     Problem(const attngen::LayerInfo &info, int batch, int query_len, int key_len, uint32_t seed);
 
     /** Arguments over this problem's tensors, writing to `out` (out_shape(), layer dtype). */

@@ -34,103 +34,144 @@ void expect_refused(const attngen::Layer &layer, int lq, int lk,
     CHECK(out.values() == before);
 }
 
-const attngen::Layer &masks() { return t_d64_all_masks_layer(); }
+const attngen::Layer &masks() {
+    return t_d64_all_masks_layer();
+}
 
 } // namespace
 
 TEST_CASE("a null data pointer is refused by name") {
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.key.data = nullptr; },
-                   "attngen: `key` has a null data pointer");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.out.data = nullptr; },
-                   "attngen: `out` has a null data pointer");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.key.data = nullptr; },
+        "attngen: `key` has a null data pointer");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.out.data = nullptr; },
+        "attngen: `out` has a null data pointer");
 }
 
 TEST_CASE("a head_dim other than the generated one is refused") {
     std::vector<float> wide(2 * 4 * 5 * 80, 0.5f);
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.query = attngen::view(wide.data(), {2, 4, 5, 80}); },
-                   "attngen: `query` has head_dim 80 but layer 't_d64_all_masks' was generated "
-                   "for 64");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.query = attngen::view(wide.data(), {2, 4, 5, 80});
+        },
+        "attngen: `query` has head_dim 80 but layer 't_d64_all_masks' was generated "
+        "for 64");
 }
 
 TEST_CASE("heads and kv_heads other than the generated ones are refused") {
     std::vector<float> data(2 * 8 * 6 * 64, 0.5f);
-    expect_refused(masks(), 6, 6,
-                   [&](auto &args, auto &) { args.query = attngen::view(data.data(), {2, 8, 6, 64}); },
-                   "attngen: `query` has heads 8 but layer 't_d64_all_masks' was generated for 4");
-    expect_refused(masks(), 6, 6,
-                   [&](auto &args, auto &) { args.key = attngen::view(data.data(), {2, 4, 6, 64}); },
-                   "attngen: `key` has kv_heads 4 but layer 't_d64_all_masks' was generated for 2");
+    expect_refused(
+        masks(), 6, 6,
+        [&](auto &args, auto &) {
+            args.query = attngen::view(data.data(), {2, 8, 6, 64});
+        },
+        "attngen: `query` has heads 8 but layer 't_d64_all_masks' was generated for 4");
+    expect_refused(
+        masks(), 6, 6,
+        [&](auto &args, auto &) {
+            args.key = attngen::view(data.data(), {2, 4, 6, 64});
+        },
+        "attngen: `key` has kv_heads 4 but layer 't_d64_all_masks' was generated for 2");
 }
 
 TEST_CASE("tensors that disagree on batch or length are refused") {
     std::vector<float> data(3 * 2 * 6 * 64, 0.5f);
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.key = attngen::view(data.data(), {3, 2, 6, 64}); },
-                   "attngen: `key` has batch 3 but `query` has batch 2");
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.value = attngen::view(data.data(), {2, 2, 7, 64}); },
-                   "attngen: `value` has key length 7 but `key` has key length 6");
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &p) {
-                       args.attn_bias = attngen::view(p.attn_bias.values.data(), {2, 4, 6, 5});
-                   },
-                   "attngen: `attn_bias` has query length 6 but `query` has query length 5");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.key = attngen::view(data.data(), {3, 2, 6, 64});
+        },
+        "attngen: `key` has batch 3 but `query` has batch 2");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.value = attngen::view(data.data(), {2, 2, 7, 64});
+        },
+        "attngen: `value` has key length 7 but `key` has key length 6");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &p) {
+            args.attn_bias = attngen::view(p.attn_bias.values.data(), {2, 4, 6, 5});
+        },
+        "attngen: `attn_bias` has query length 6 but `query` has query length 5");
 }
 
 TEST_CASE("an output of the wrong shape is refused") {
     std::vector<float> out(2 * 4 * 4 * 64, 0.5f);
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.out = attngen::mutable_view(out.data(), {2, 4, 4, 64}); },
-                   "attngen: `out` has query length 4 but the inputs give 5");
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.out = attngen::mutable_view(out.data(), {2, 4, 320}); },
-                   "attngen: `out` must have rank 4 (batch, heads, query length, head_dim), got "
-                   "rank 3");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.out = attngen::mutable_view(out.data(), {2, 4, 4, 64});
+        },
+        "attngen: `out` has query length 4 but the inputs give 5");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.out = attngen::mutable_view(out.data(), {2, 4, 320});
+        },
+        "attngen: `out` must have rank 4 (batch, heads, query length, head_dim), got "
+        "rank 3");
 }
 
 TEST_CASE("a wrong rank, dtype or missing argument is refused") {
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.query.rank = 3; },
-                   "attngen: `query` must have rank 4 (batch, heads, query length, head_dim), "
-                   "got rank 3");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.value.dtype = attngen::DType::f16; },
-                   "attngen: `value` has dtype f16 but layer 't_d64_all_masks' was generated for f32");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.key_lengths = attngen::Tensor(); },
-                   "attngen: layer 't_d64_all_masks' needs `key_lengths` (batch) but it was not "
-                   "given");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.key_lengths.dtype = attngen::DType::f32; },
-                   "attngen: `key_lengths` has dtype f32 but must be i32");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.out = attngen::MutableTensor(); },
-                   "attngen: layer 't_d64_all_masks' needs `out` (batch, heads, query length, "
-                   "head_dim) but it was not given");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.query.rank = 3; },
+        "attngen: `query` must have rank 4 (batch, heads, query length, head_dim), "
+        "got rank 3");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.value.dtype = attngen::DType::f16; },
+        "attngen: `value` has dtype f16 but layer 't_d64_all_masks' was generated for f32");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.key_lengths = attngen::Tensor(); },
+        "attngen: layer 't_d64_all_masks' needs `key_lengths` (batch) but it was not "
+        "given");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.key_lengths.dtype = attngen::DType::f32; },
+        "attngen: `key_lengths` has dtype f32 but must be i32");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.out = attngen::MutableTensor(); },
+        "attngen: layer 't_d64_all_masks' needs `out` (batch, heads, query length, "
+        "head_dim) but it was not given");
 }
 
 TEST_CASE("an argument the layer does not take is refused") {
     std::vector<float> data(2 * 6 * 64, 0.5f);
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) { args.x = attngen::view(data.data(), {2, 6, 64}); },
-                   "attngen: `x` was given but layer 't_d64_all_masks' has no projections: pass "
-                   "`query`, `key` and `value`");
-    expect_refused(t_mha_self_layer(), 5, 5,
-                   [&](auto &args, auto &) { args.context = attngen::view(data.data(), {2, 6, 64}); },
-                   "attngen: `context` was given but layer 't_mha_self' is not cross-attention");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.x = attngen::view(data.data(), {2, 6, 64});
+        },
+        "attngen: `x` was given but layer 't_d64_all_masks' has no projections: pass "
+        "`query`, `key` and `value`");
+    expect_refused(
+        t_mha_self_layer(), 5, 5,
+        [&](auto &args, auto &) {
+            args.context = attngen::view(data.data(), {2, 6, 64});
+        },
+        "attngen: `context` was given but layer 't_mha_self' is not cross-attention");
 }
 
 TEST_CASE("strides are checked") {
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.query.strides[3] = 2; },
-                   "attngen: `query` must have innermost stride 1, got 2");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.key.strides[1] = -64; },
-                   "attngen: `key` has stride -64 in dimension 1; strides must be in 0..2147483647");
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.out.strides[2] = 32; },
-                   "attngen: `out` has overlapping elements: stride 32 in dimension 2 must be at "
-                   "least 64");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.query.strides[3] = 2; },
+        "attngen: `query` must have innermost stride 1, got 2");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.key.strides[1] = -64; },
+        "attngen: `key` has stride -64 in dimension 1; strides must be in 0..2147483647");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.out.strides[2] = 32; },
+        "attngen: `out` has overlapping elements: stride 32 in dimension 2 must be at "
+        "least 64");
     std::vector<float> data(2 * 4 * 5 * 64, 0.5f);
-    expect_refused(masks(), 5, 6,
-                   [&](auto &args, auto &) {
-                       args.query = attngen::strided_view(data.data(), attngen::DType::f32,
-                                                          {2, 4, 5, 64}, {1280, 320, 64});
-                   },
-                   "attngen: `query` was given different numbers of sizes and strides");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &args, auto &) {
+            args.query = attngen::strided_view(data.data(), attngen::DType::f32, {2, 4, 5, 64},
+                                               {1280, 320, 64});
+        },
+        "attngen: `query` was given different numbers of sizes and strides");
 }
 
 TEST_CASE("a shape whose row-major strides overflow 64 bits is refused, not wrapped") {
@@ -145,34 +186,40 @@ TEST_CASE("a shape whose row-major strides overflow 64 bits is refused, not wrap
 }
 
 TEST_CASE("a tensor too large for 32-bit addressing is refused") {
-    expect_refused(masks(), 5, 6, [](auto &args, auto &) { args.attn_bias.strides[0] = 1 << 30; },
-                   "attngen: `attn_bias` spans 4294967776 bytes; a generated layer addresses at "
-                   "most 2147483647 bytes per tensor");
+    expect_refused(
+        masks(), 5, 6, [](auto &args, auto &) { args.attn_bias.strides[0] = 1 << 30; },
+        "attngen: `attn_bias` spans 4294967776 bytes; a generated layer addresses at "
+        "most 2147483647 bytes per tensor");
 }
 
 TEST_CASE("key lengths outside [0, Lk] are refused") {
-    expect_refused(masks(), 5, 6, [](auto &, auto &p) { p.key_lengths.ints[1] = 7; },
-                   "attngen: `key_lengths[1]` is 7 but must be in [0, 6] (the key length)");
-    expect_refused(masks(), 5, 6, [](auto &, auto &p) { p.key_lengths.ints[0] = -1; },
-                   "attngen: `key_lengths[0]` is -1 but must be in [0, 6] (the key length)");
+    expect_refused(
+        masks(), 5, 6, [](auto &, auto &p) { p.key_lengths.ints[1] = 7; },
+        "attngen: `key_lengths[1]` is 7 but must be in [0, 6] (the key length)");
+    expect_refused(
+        masks(), 5, 6, [](auto &, auto &p) { p.key_lengths.ints[0] = -1; },
+        "attngen: `key_lengths[0]` is -1 but must be in [0, 6] (the key length)");
 }
 
 TEST_CASE("an output that overlaps an input is refused") {
-    expect_refused(masks(), 5, 6,
-                   [](auto &args, auto &p) {
-                       args.out.data = const_cast<float *>(p.query.values.data());
-                   },
-                   "attngen: `out` overlaps `query`; the output must not share memory with an "
-                   "input");
+    expect_refused(
+        masks(), 5, 6,
+        [](auto &args, auto &p) { args.out.data = const_cast<float *>(p.query.values.data()); },
+        "attngen: `out` overlaps `query`; the output must not share memory with an "
+        "input");
 }
 
 TEST_CASE("projection weights of the wrong shape are refused") {
     std::vector<float> weight(48 * 40, 0.1f);
-    expect_refused(t_mha_cross_layer(), 5, 7,
-                   [&](auto &args, auto &) { args.wk = attngen::view(weight.data(), {48, 40}); },
-                   "attngen: `wk` has model_dim 40 but layer 't_mha_cross' was generated for 48");
-    expect_refused(t_mha_self_layer(), 5, 5, [](auto &args, auto &) { args.bo = attngen::Tensor(); },
-                   "attngen: layer 't_mha_self' needs `bo` (model_dim) but it was not given");
+    expect_refused(
+        t_mha_cross_layer(), 5, 7,
+        [&](auto &args, auto &) {
+            args.wk = attngen::view(weight.data(), {48, 40});
+        },
+        "attngen: `wk` has model_dim 40 but layer 't_mha_cross' was generated for 48");
+    expect_refused(
+        t_mha_self_layer(), 5, 5, [](auto &args, auto &) { args.bo = attngen::Tensor(); },
+        "attngen: layer 't_mha_self' needs `bo` (model_dim) but it was not given");
 }
 
 TEST_CASE("a layer without entry points is refused") {

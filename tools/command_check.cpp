@@ -34,9 +34,8 @@ int command_check(int argc, char **argv) {
         fmt::print("  {}: heads={} kv_heads={} head_dim={} model_dim={} dtype={} "
                    "projections={} mask={}{}\n",
                    layer.name, layer.heads, layer.resolved_kv_heads(), layer.resolved_head_dim(),
-                   layer.resolved_model_dim(), to_string(layer.dtype),
-                   to_string(layer.projections), to_string(layer.mask),
-                   layer.score_mod ? " score_mod" : "");
+                   layer.resolved_model_dim(), to_string(layer.dtype), to_string(layer.projections),
+                   to_string(layer.mask), layer.score_mod ? " score_mod" : "");
     return exit_ok;
 }
 

@@ -8,8 +8,8 @@
  *   harness DIR time RUNS SETS SLOW_MS   1 warm-up and RUNS timed runs, rotating the SETS input
  *                                        sets; prints "ok T1 T2 ..." or "too_slow T"
  *
- * DIR/NAME.shape holds each argument's extents (Halide order; none for a scalar); DIR/set-S/NAME.bin
- * its bytes in input set S. Failures print "error WHAT" and exit 1.
+ * DIR/NAME.shape holds each argument's extents (Halide order; none for a scalar);
+ * DIR/set-S/NAME.bin its bytes in input set S. Failures print "error WHAT" and exit 1.
  */
 #include "HalideRuntime.h"
 

@@ -24,14 +24,14 @@ const char *dtype_name(DType dtype);
 
 /** The outcome of a call: ok, or a message that names the argument, expected and actual. */
 class Status {
-public:
+  public:
     Status() = default;
     static Status error(std::string message);
     bool ok() const { return !failed_; }
     explicit operator bool() const { return ok(); }
     const std::string &message() const { return message_; }
 
-private:
+  private:
     bool failed_ = false;
     std::string message_;
 };
