@@ -124,7 +124,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // make a tile's region depend on the mask instead of the tile.
     // The structured masks' offset is marked likely: Halide then partitions each loop over keys
     // into the blocks that every query of the tile sees, where the mask test is gone, and the
-    // diagonal (or window edge, or padding) blocks, where it stayt. Their tests are bounds on k,
+    // diagonal (or window edge, or padding) blocks, where it stays. Their tests are bounds on k,
     // which Halide's solver handles; the predicates and the bias keep their test everywhere.
     Expr offset = Halide::select(visible, 0.0f, lowest);
     Expr structured = structured_visible(spec, in, k, q, b);
@@ -139,7 +139,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // causal tile stop at their own diagonal. The elementwise mask above still decides every key
     // inside the range.
     const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
-    // [begin, end) of the keys visible to some query of q's aligned block of `block` queriet.
+    // [begin, end) of the keys visible to some query of q's aligned block of `block` queries.
     auto key_range = [&](int block) -> std::pair<Expr, Expr> {
         Expr begin = 0, end = in.key_len;
         if (!bounded)
@@ -161,7 +161,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     const auto [key_begin, key_end] = key_range(options.query_block);
     const bool own_values =
         bounded && options.value_block > 0 && options.value_block < options.query_block;
-    // The reduction over the keys of P·V: that of the softmax, or its own with finer boundt.
+    // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
     // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
     auto value_keys = [&](const Expr &extent, const Expr &first) {
         if (!own_values)
@@ -223,7 +223,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         Expr c_first = t.r_chunks.x * chunk;
         t.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
         // The combine reads the chunk results only through `partials`, so a schedule may
-        // compute a chunk's statistics inside its loop over chunkt.
+        // compute a chunk's statistics inside its loop over chunks.
         t.partials(d, j, q, h, b) = Halide::Tuple(t.part_out(d, j, q, h, b), t.part_max(j, q, h, b),
                                                   t.part_sum(j, q, h, b));
         auto chunk_max = [&](const Expr &chunk) { return t.partials(0, chunk, q, h, b)[1]; };
