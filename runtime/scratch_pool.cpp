@@ -77,13 +77,20 @@ ScratchPool &pool() {
     return *instance;
 }
 
+thread_local bool thread_cache_closed = false;
+
 /** The blocks one thread keeps for itself; only that thread touches them. */
 class ThreadCache {
   public:
     ThreadCache() = default;
     ThreadCache(const ThreadCache &) = delete;
     ThreadCache &operator=(const ThreadCache &) = delete;
-    ~ThreadCache() { empty(); }
+    ~ThreadCache() {
+        empty();
+        // A block released later in this thread's exit goes to the shared cache. (A flag of
+        // its own: a store to a member here may be dropped, as the object's life ends.)
+        thread_cache_closed = true;
+    }
 
     /** A kept block of `size_class`, or nullptr. */
     void *take(int size_class) {
@@ -96,7 +103,7 @@ class ThreadCache {
 
     /** Keeps `block` of `size_class`; false when this thread already keeps enough of them. */
     bool keep(void *block, int size_class) {
-        if (size_class > largest_thread_class)
+        if (size_class > largest_thread_class || thread_cache_closed)
             return false;
         follow_generation();
         int &count = counts_[size_class];

@@ -1,6 +1,7 @@
 // The caching pool behind generated code's scratch (runtime/scratch_pool.cpp): blocks are never
 // handed to two owners at once, the limit refuses what would pass it, and the bytes held are
-// given back when a thread ends and when a limit is set.
+// given back when a thread ends (also for a block released after its own cache is gone) and when
+// a limit is set.
 #include "scratch_pool.h"
 #include "test_support.h"
 
@@ -129,5 +130,29 @@ TEST_CASE("the scratch limit refuses what would pass it and empties the cache") 
     scratch::release(uncounted);
     scratch::release(counted);
     scratch::set_limit(0);
+    CHECK(scratch::bytes_held() == before);
+}
+
+namespace {
+
+/** Releases its block when the thread that made it ends, after that thread's own cache. */
+struct ReleaseAtThreadExit {
+    void *block = nullptr;
+    ~ReleaseAtThreadExit() { scratch::release(block); }
+};
+
+} // namespace
+
+TEST_CASE("scratch released after a thread's own cache is gone goes to the shared cache") {
+    scratch::set_limit(0);
+    const size_t before = scratch::bytes_held();
+    std::thread worker([] {
+        // Made before the thread's cache, so destroyed after it.
+        thread_local ReleaseAtThreadExit late;
+        late.block = scratch::allocate(10000);
+    });
+    worker.join();
+    CHECK(scratch::bytes_held() == before + 16384);
+    scratch::set_limit(0); // empties the shared cache, where the block must be
     CHECK(scratch::bytes_held() == before);
 }
