@@ -232,7 +232,8 @@ void set_cuda_context(void *context, void *stream);
  * Caps the scratch memory the generated code may hold at once (0 = no cap). A call that
  * needs more fails with Halide's out-of-memory message instead of exhausting the machine.
  * attngen caches freed scratch blocks between calls; this releases the cache too (the few
- * blocks each worker thread keeps for itself are released at that thread's next allocation).
+ * blocks each worker thread keeps for itself are released when that thread next allocates or
+ * frees scratch).
  */
 void set_scratch_limit(size_t bytes);
 
