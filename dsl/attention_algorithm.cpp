@@ -297,9 +297,14 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     if (proj.any()) {
         // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
         s.r_model = RDom(0, model_dim, "r_model");
-        Func kv_source = spec.cross_attention ? in.context : in.x;
         s.q_rows(in_feature, q, b) = f32(in.x(in_feature, Halide::clamp(q, 0, last_query), b));
-        s.kv_rows(in_feature, k, b) = f32(kv_source(in_feature, Halide::clamp(k, 0, last_key), b));
+        // Self-attention's keys are its queries (Lk = Lq): one Func, so that a schedule can
+        // prepare x once for all three projections.
+        if (spec.cross_attention)
+            s.kv_rows(in_feature, k, b) =
+                f32(in.context(in_feature, Halide::clamp(k, 0, last_key), b));
+        else
+            s.kv_rows = s.q_rows;
         auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
                            const Func &raw_weight, const Func &bias) {
             weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));

@@ -58,7 +58,8 @@ struct AttentionInputs {
 struct AttentionStages {
     Halide::Var d{"d"}, c{"c"}, q{"q"}, k{"k"}, h{"h"}, b{"b"};
 
-    /// The projections' activations in f32, (feature, position, batch), positions clamped.
+    /// The projections' activations in f32, (feature, position, batch), positions clamped;
+    /// in self-attention kv_rows is q_rows.
     Halide::Func q_rows{"q_rows"}, kv_rows{"kv_rows"};
     Halide::Func q_proj{"q_proj"}, k_proj{"k_proj"}, v_proj{"v_proj"};
     Halide::Func q_weight{"q_weight"}, k_weight{"k_weight"}, v_weight{"v_weight"};

@@ -6,9 +6,11 @@
 // no transpose); its P·V is register-blocked and vectorized along head_dim; the chunks combine
 // exactly. With rows_up_to, the layer holds both forms and its tiles are specialized on Lk:
 // whole rows up to rows_up_to keys, chunks beyond.
-// The projections are packed GEMMs (each weight transposed once per call, register tiles that
-// broadcast activations); in decode, the projections over a few rows (Q and the output, and K
-// and V in self-attention) read the weights in place as dot products instead. The blocks come from
+// The prefill projections are GEMMs that read the weights in place (register tiles broadcast
+// weight elements against vectors of activations transposed once per call), or packed GEMMs
+// (packed_weights: each weight transposed once per call, tiles that broadcast activations); in
+// decode, the projections over a few rows (Q and the output, and K and V in self-attention)
+// read the weights in place as dot products. The blocks come from
 // the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use the split-KV
 // form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
@@ -166,6 +168,28 @@ void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_ext
 }
 
 /**
+ * Computes `stage`, a GEMM's register tile, at `at`: `vector_var` (extent `vector_extent`, in
+ * vectors of `vec`) x `other` (extent `other_extent`), both unrolled so that the accumulators
+ * stay in registers, stored and looped `vector_var` innermost; its update runs the
+ * `reduction` loops (innermost first) outside the tile.
+ */
+void schedule_register_tile(Func stage, const Halide::LoopLevel &at, const Var &vector_var,
+                            int vector_extent, int vec, const Var &other, int other_extent,
+                            const std::vector<Halide::VarOrRVar> &reduction) {
+    stage.compute_at(at)
+        .bound_extent(vector_var, vector_extent)
+        .bound_extent(other, other_extent)
+        .reorder_storage(vector_var, other)
+        .reorder(vector_var, other)
+        .vectorize(vector_var, vec)
+        .unroll(vector_var)
+        .unroll(other);
+    std::vector<Halide::VarOrRVar> order{vector_var, other};
+    order.insert(order.end(), reduction.begin(), reduction.end());
+    stage.update().reorder(order).vectorize(vector_var, vec).unroll(vector_var).unroll(other);
+}
+
+/**
  * Tiles the packed GEMM `stage(out, row, group, b) += a(r..., row) * w(r..., out...)`, whose
  * weight is packed (pack_transposed), into its root wrapper `tiled`. A task takes
  * params.gemm_task_rows rows of one batch and `group_size` values of `group` (an outer part
@@ -199,15 +223,8 @@ Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, con
         .fuse(group_task, row_task, task)
         .fuse(task, b, task)
         .parallel(task);
-    stage.compute_at(tiled, row_outer)
-        .bound_extent(out, block)
-        .bound_extent(row, gemm_rows)
-        .vectorize(out, vec)
-        .unroll(out)
-        .unroll(row);
-    std::vector<Halide::VarOrRVar> order{out, row};
-    order.insert(order.end(), reduction.begin(), reduction.end());
-    stage.update().reorder(order).vectorize(out, vec).unroll(out).unroll(row);
+    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer), out, block, vec, row,
+                           gemm_rows, reduction);
     return task;
 }
 
@@ -245,6 +262,86 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
                                 panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params, in_task);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
+}
+
+/**
+ * Schedules `copy`, computed at root with `dense` stored innermost, as a transpose of a source
+ * whose innermost dimension is `across`: in tiles of lanes x lanes, both vectorized, so that
+ * Halide loads the tile's `lanes` source vectors densely and transposes them in registers.
+ * Parallel over blocks of `across`.
+ */
+void schedule_transpose(Func copy, const Var &dense, const Var &across, int lanes) {
+    Var dense_inner{dense.name() + "_t"}, across_inner{across.name() + "_t"};
+    Var task{copy.name() + "_task"};
+    std::vector<Halide::VarOrRVar> loops{dense_inner, across_inner, dense, across};
+    copy.compute_root()
+        .split(across, task, across, 8 * lanes, TailStrategy::GuardWithIf)
+        .tile(dense, across, dense_inner, across_inner, lanes, lanes, TailStrategy::GuardWithIf);
+    loops.emplace_back(task);
+    std::vector<Var> outer;
+    for (const Var &arg : copy.args())
+        if (arg.name() != dense.name() && arg.name() != across.name())
+            outer.push_back(arg);
+    loops.insert(loops.end(), outer.begin(), outer.end());
+    copy.reorder(loops).vectorize(dense_inner).unroll(across_inner);
+    for (const Var &arg : outer)
+        copy.fuse(task, arg, task);
+    copy.parallel(task);
+}
+
+/**
+ * Makes `readers` read a root copy of activations `rows(r..., row, ...)` stored rows innermost
+ * (the vector lanes of schedule_projection_broadcast).
+ */
+void transposed_rows(Func rows, const std::vector<Func> &readers, int lanes) {
+    Func copy = rows.in(readers);
+    const Var r = copy.args()[0], row = copy.args()[1];
+    copy.reorder_storage(row, r);
+    schedule_transpose(copy, row, r, lanes);
+}
+
+/**
+ * Schedules a projection `stage(out, row, group...) += rows_t(r..., row) * w(r..., out...)`
+ * with the caller's nn.Linear weight read in place, for prefill: a register tile holds
+ * `row_vectors` vectors of rows x `tile_outputs` outputs, and each step of the reduction loads
+ * one vector of the activations (transposed: transposed_rows) per row vector and
+ * broadcasts one weight element per output. `tiled`, the stage's root wrapper, is stored rows
+ * innermost. A task takes `task_tiles` row tiles and `group_size` values of `group` (an outer
+ * part of the outputs) and walks its output tiles, each over the task's row tiles: the tile's
+ * weight rows stay in L1 while the rows pass, the task's activations in L2. `reduction` lists
+ * the update's loops, innermost first. Against packing each weight once per call
+ * (schedule_projection_packed), this reads each weight once and transposes the activations
+ * instead, which costs as many bytes as the activations rather than the weights.
+ */
+void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Var &out,
+                                   int tile_outputs, const Var &row, const Var &group,
+                                   int group_size, const Var &b,
+                                   const std::vector<Halide::VarOrRVar> &reduction, int row_vectors,
+                                   int task_tiles, int lanes) {
+    const int tile_rows = row_vectors * lanes;
+    weight.compute_inline();
+    Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
+    Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
+        row_inner{row.name() + "_inner"}, group_task{group.name() + "_task"};
+    Var task{stage.name() + "_task"};
+    std::vector<Var> storage{row};
+    for (const Var &arg : tiled.args())
+        if (arg.name() != row.name())
+            storage.push_back(arg);
+    tiled.compute_root()
+        .reorder_storage(storage)
+        .split(row, row_outer, row_inner, tile_rows, TailStrategy::RoundUp)
+        .split(row_outer, row_task, row_outer, task_tiles, TailStrategy::GuardWithIf)
+        .split(group, group_task, group, group_size)
+        .split(out, out_outer, out_inner, tile_outputs)
+        .reorder(row_inner, out_inner, row_outer, out_outer, group, group_task, row_task, b)
+        .vectorize(row_inner, lanes)
+        .unroll(row_inner)
+        .unroll(out_inner)
+        .fuse(group_task, row_task, task)
+        .parallel(task);
+    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer), row, tile_rows, lanes, out,
+                           tile_outputs, reduction);
 }
 
 /**
@@ -368,6 +465,19 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             schedule_projection_packed(s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs, head_dim, d,
                                        s.qkv_proj.args()[1], h, b, lanes, params,
                                        {s.qkv_proj.args()[2]});
+        // Prefill with the weights read in place: one transposed copy of each activation source
+        // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
+        // back for P·V, which reads V rows along head_dim.
+        const bool weights_in_place = params.kv_chunk <= 0 && !params.packed_weights;
+        if (weights_in_place && !s.qkv_proj.defined()) {
+            if (s.kv_rows.name() == s.q_rows.name()) {
+                transposed_rows(s.q_rows, {s.q_proj, s.k_proj, s.v_proj}, lanes);
+            } else {
+                transposed_rows(s.q_rows, {s.q_proj}, lanes);
+                transposed_rows(s.kv_rows, {s.k_proj, s.v_proj}, lanes);
+            }
+            schedule_transpose(s.v_heads, d, s.v_heads.args()[1], lanes);
+        }
         for (auto [stage, weight, rows, outputs] : projections) {
             if (s.qkv_proj.defined())
                 break; // q_proj, k_proj and v_proj are its slices, inlined
@@ -382,9 +492,18 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                 tiled.compute_root();
                 schedule_projection_in_place(tiled, stage, weight, model_dim, d, head_dim,
                                              stage.args()[1], {h, b}, 0, lanes);
-            } else
+            } else if (weights_in_place) {
+                const int heads_per_task =
+                    largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
+                schedule_projection_broadcast(
+                    stage.in(), stage, weight, d,
+                    largest_divisor_at_most(head_dim, params.gemm_outputs), stage.args()[1], h,
+                    heads_per_task, b, {stage.rvars(0)[0]}, params.gemm_row_vectors,
+                    params.gemm_task_tiles, lanes);
+            } else {
                 schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
                                            stage.args()[1], h, b, lanes, params);
+            }
         }
     }
 
@@ -401,6 +520,19 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             // (read, written and read packed); tasks of 8 output tiles give the cores work.
             schedule_projection_in_place(s.output, s.out_proj, s.o_weight, head_dim, s.c, model_dim,
                                          q, {b}, 8, lanes);
+        } else if (!params.packed_weights) {
+            // The heads' outputs transposed (queries along the lanes), and the layer's output
+            // transposed back from a root copy.
+            Func tiled = s.out_proj.in(s.output);
+            Var c = s.c, c_group{"c_group"};
+            const int c_task = largest_divisor_at_most(model_dim, gemm_task_outputs);
+            tiled.split(c, c_group, c, c_task);
+            transposed_rows(s.attn_out, {s.out_proj}, lanes);
+            schedule_projection_broadcast(tiled, s.out_proj, s.o_weight, c,
+                                          largest_divisor_at_most(c_task, params.gemm_outputs), q,
+                                          c_group, 1, b, {s.r_concat.x, s.r_concat.y},
+                                          params.gemm_row_vectors, params.gemm_task_tiles, lanes);
+            schedule_transpose(s.output, c, q, lanes);
         } else {
             const int c_vec = vector_width_dividing(model_dim, lanes);
             pack_transposed(s.o_weight, model_dim, lanes);

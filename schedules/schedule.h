@@ -43,9 +43,9 @@ struct CpuScheduleParams {
      */
     int rows_up_to = 0;
     /**
-     * The prefill Q/K/V and output projections (packed GEMMs): rows per register tile, whose
-     * accumulators are gemm_rows x one or two vectors of outputs, and rows per parallel task,
-     * whose activations are copied once and whose weight panels stay in L2 while they pass.
+     * The prefill Q/K/V and output projections as packed GEMMs (packed_weights): rows per register
+     * tile, whose accumulators are gemm_rows x one or two vectors of outputs, and rows per parallel
+     * task, whose activations are copied once and whose weight panels stay in L2 while they pass.
      * Decode projections read their weights in place and use neither. Measured with `attngen
      * run` (model_dim 1024, AVX2, 2 threads, fastest of 4 alternations, ms): task rows 12 /
      * 24 / 48 gave 11.8 / 13.1 / 13.5 at L = 128, 41.3 / 43.0 / 47.4 at L = 512 and 100.2 /
@@ -63,6 +63,24 @@ struct CpuScheduleParams {
      * together rather than one after another (tasks ordered weight-first changed nothing).
      */
     int fused_qkv = 0;
+    /**
+     * The prefill projections' form. 0: each GEMM reads the caller's weight in place,
+     * broadcasting its elements into register tiles of gemm_row_vectors vectors of rows x
+     * gemm_outputs outputs (a divisor of head_dim, or of the output projection's task), over
+     * activations transposed once per call; a task takes gemm_task_tiles row tiles. 1: each
+     * weight is packed (transposed) once per call, and the tiles are gemm_rows x one or two
+     * vectors of outputs, in tasks of gemm_task_rows rows; fused_qkv needs this form. Packing
+     * moves the weights twice more through memory, the transposes move only the activations:
+     * AOT, AVX-512, 2 threads, 4 alternations, ms in place / packed, model_dim 1024: 0.75 at
+     * L = 128 and 0.97 at 512; model_dim 512: 0.83 and 1.01. AVX2 code (3 x 4 tiles), model_dim
+     * 1024: 0.78 and 0.94. gemm_outputs 4 with 4 row vectors, and 8 with 3, were slower on
+     * AVX-512 (0.79 and 0.91 at L = 128). Default 1 for f16 and bf16 storage, whose packing
+     * also converts the weights once.
+     */
+    int packed_weights = 0;
+    int gemm_row_vectors = 2;
+    int gemm_outputs = 8;
+    int gemm_task_tiles = 2;
 };
 
 /** The CPU schedule's kv_chunk for a shape class: split-KV for decode, 0 otherwise. */

@@ -25,6 +25,7 @@
 #include "t_mha_decode.h"
 #include "t_mha_fused_odd.h"
 #include "t_mha_fused_qkv.h"
+#include "t_mha_inplace_odd.h"
 #include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
 #include "t_mha_rows_or_chunks.h"
@@ -76,8 +77,12 @@ TEST_CASE("q/k/v projections without an output projection match the reference") 
     check_against_reference(t_mha_qkv_layer(), 9003);
 }
 
-TEST_CASE("projection GEMMs with tiles that divide nothing match the reference") {
+TEST_CASE("packed projection GEMMs with tiles that divide nothing match the reference") {
     check_against_reference(t_mha_odd_gemm_layer(), 9005);
+}
+
+TEST_CASE("in-place projection GEMMs with tiles the lengths do not divide match the reference") {
+    check_against_reference(t_mha_inplace_odd_layer(), 9008, {{2, 100, 131}, {1, 131, 7}});
 }
 
 TEST_CASE("Q, K and V as one GEMM (fused_qkv) match the reference") {

@@ -111,6 +111,10 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
                       {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")},
                       {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
     if (projections) {
+        space.axes.push_back({"packed_weights", {0, 1}, defaults.packed_weights});
+        space.axes.push_back({"gemm_row_vectors", {1, 2, 3, 4}, defaults.gemm_row_vectors});
+        space.axes.push_back({"gemm_outputs", {2, 4, 8, 16}, defaults.gemm_outputs});
+        space.axes.push_back({"gemm_task_tiles", {1, 2, 4, 8}, defaults.gemm_task_tiles});
         space.axes.push_back({"gemm_rows", {2, 3, 4, 5, 6, 8, 12}, defaults.gemm_rows});
         space.axes.push_back(
             {"gemm_task_rows", {24, 36, 48, 72, 96, 144}, defaults.gemm_task_rows});
