@@ -117,8 +117,16 @@ expect 1 "run the split-KV form with rows_up_to" "$attngen" run "$spec" --layer 
 contains "$work/err.txt" "the split-KV form takes none, got rows_up_to=32 with kv_chunk=16" \
     "rows_up_to with the split-KV form is refused, naming both values"
 expect 0 "run projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
-    --shape 2,23 --runs 1 --schedule-params gemm_rows=3,gemm_task_rows=10
+    --shape 2,23 --runs 1 --schedule-params gemm_row_vectors=1,gemm_outputs=2,gemm_task_tiles=5
 contains "$work/out.txt" ": ok" "projection GEMM tiles given on the command line match the reference"
+expect 0 "run packed projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
+    --shape 2,23 --runs 1 --schedule-params packed_weights=1,gemm_rows=3,gemm_task_rows=10
+contains "$work/out.txt" ": ok" \
+    "packed projection GEMM tiles given on the command line match the reference"
+expect 1 "run with packed_weights=2" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
+    --schedule-params packed_weights=2
+contains "$work/err.txt" "schedule parameter packed_weights must be in 0..1, got '2'" \
+    "packed_weights out of range is refused, naming the value"
 expect 0 "run projections with fused_qkv" "$attngen" run "$spec" --layer mha_alibi \
     --shape 2,23 --runs 1 --schedule-params fused_qkv=1
 contains "$work/out.txt" ": ok" "fused_qkv on the command line matches the reference"
