@@ -241,6 +241,12 @@ int largest_divisor_at_most(int n, int limit) {
     return 1;
 }
 
+/** Heads per task of a Q, K or V projection GEMM with `outputs` outputs: at most
+ * gemm_task_outputs outputs, dividing the heads. */
+int gemm_task_heads(int outputs, int head_dim) {
+    return largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
+}
+
 /**
  * Schedules a Q, K or V projection `stage(d, row, h, b) += rows(r, row, b) * w(r, h *
  * head_dim + d)` as a packed GEMM (tile_packed_gemm), for prefill: tasks of whole heads, and
@@ -256,19 +262,19 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Func tiled = stage.in();
     tiled.compute_root();
-    const int heads_per_task =
-        largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
-    Var task = tile_packed_gemm(tiled, stage, d, row, h, heads_per_task, b, d_vec,
-                                panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params, in_task);
+    Var task =
+        tile_packed_gemm(tiled, stage, d, row, h, gemm_task_heads(outputs, head_dim), b, d_vec,
+                         panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params, in_task);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
 
 /**
  * Schedules `copy`, computed at root with `dense` stored innermost, as a transpose of a source
- * whose innermost dimension is `across`: in tiles of lanes x lanes, both vectorized, so that
- * Halide loads the tile's `lanes` source vectors densely and transposes them in registers.
- * Parallel over blocks of `across`.
+ * whose innermost dimension is `across`: in tiles of lanes x lanes, each stored vector along
+ * `dense` gathered from the source, the tile's `across` unrolled (vectorizing both, for a
+ * transpose in registers, made the model_dim 1024, L = 128 layer 1.10x slower). Parallel over
+ * blocks of `across` and the other dimensions.
  */
 void schedule_transpose(Func copy, const Var &dense, const Var &across, int lanes) {
     Var dense_inner{dense.name() + "_t"}, across_inner{across.name() + "_t"};
@@ -493,13 +499,11 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                 schedule_projection_in_place(tiled, stage, weight, model_dim, d, head_dim,
                                              stage.args()[1], {h, b}, 0, lanes);
             } else if (weights_in_place) {
-                const int heads_per_task =
-                    largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
                 schedule_projection_broadcast(
                     stage.in(), stage, weight, d,
                     largest_divisor_at_most(head_dim, params.gemm_outputs), stage.args()[1], h,
-                    heads_per_task, b, {stage.rvars(0)[0]}, params.gemm_row_vectors,
-                    params.gemm_task_tiles, lanes);
+                    gemm_task_heads(outputs, head_dim), b, {stage.rvars(0)[0]},
+                    params.gemm_row_vectors, params.gemm_task_tiles, lanes);
             } else {
                 schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
                                            stage.args()[1], h, b, lanes, params);
