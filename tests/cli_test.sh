@@ -169,13 +169,22 @@ contains "$work/out.txt" "2 trials (0 resumed, 2 new)" "tune runs the trials ask
 contains "$work/out.txt" "winner after re-measurement" "tune names a winner"
 contains "$work/out.txt" "Mullapudi2016" "tune measures the autoscheduler baseline"
 contains "$work/tune.svg" "<polyline" "tune plots best time against trials"
-# Per shape: 2 trials, 1 baseline, the 2 finalists re-measured in 2 rounds.
+# Per shape: 2 trials, 1 baseline, and the trials that ran ok (the finalists) re-measured in 2
+# rounds. A trial whose warm-up is far slower than the best so far stops as too_slow, which a
+# 0.03 ms call on a shared machine sometimes is.
+ok_trials=$(grep '"phase":"search"' "$log" | grep '"scheduler":"attngen"' | grep -c '"status":"ok"')
+expected_lines=$((2 * 3 + 2 * ok_trials))
 checks=$((checks + 1))
-[ "$(wc -l < "$log")" -eq 14 ] || { failures=$((failures + 1)); echo "FAILED: log has $(wc -l < "$log") lines, expected 14"; }
+[ "$ok_trials" -ge 2 ] && [ "$(wc -l < "$log")" -eq "$expected_lines" ] || {
+    failures=$((failures + 1))
+    echo "FAILED: log has $(wc -l < "$log") lines with $ok_trials trials ok," \
+        "expected $expected_lines and at least 2 trials ok"
+}
 echo '{"spec_hash": "truncated' >> "$log"
 expect 0 "tune resumes from its log" "${tune[@]}" --baselines Mullapudi2016
 contains "$work/out.txt" "2 trials (2 resumed, 0 new)" "a resumed search repeats no trial"
-contains "$work/err.txt" "tune.jsonl:15: not valid JSON" "a damaged log line is reported"
+contains "$work/err.txt" "tune.jsonl:$((expected_lines + 1)): not valid JSON" \
+    "a damaged log line is reported"
 expect 0 "tune export" "$attngen" tune export "$log" -o "$work/tuned"
 contains "$work/out.txt" "prefill" "export writes the prefill class"
 contains "$work/out.txt" "decode" "export writes the decode class"
