@@ -176,6 +176,20 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
     return candidates[1];
 }
 
+CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::Target &target,
+                                      const std::string &shape_class) {
+    CpuScheduleParams params = target.arch == Halide::Target::ARM ? arm_schedule_params(target)
+                                                                  : x86_schedule_params(target);
+    params.kv_chunk = cpu_default_kv_chunk(shape_class);
+    params.key_chunk = cpu_default_key_chunk(shape_class);
+    // f16 and bf16 weights read in place would be converted once per element and row tile,
+    // where packing converts them once: `attngen run`, model_dim 1024, L 128, AVX-512, f16,
+    // ms packed / in place: 7.8, 7.5 / 16.0, 17.7.
+    if (spec.dtype != DType::f32)
+        params.packed_weights = 1;
+    return params;
+}
+
 namespace {
 
 /** A schedule name, target and parameters resolved to one family and its parameters. */
@@ -244,14 +258,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         resolved.problem = "schedule 'arm' needs an arm-64 target, got " + target.to_string();
     else if (use_x86 || use_arm) {
         resolved.family = Family::cpu;
-        resolved.cpu = use_x86 ? x86_schedule_params(target) : arm_schedule_params(target);
-        resolved.cpu.kv_chunk = cpu_default_kv_chunk(shape_class);
-        resolved.cpu.key_chunk = cpu_default_key_chunk(shape_class);
-        // f16 and bf16 weights read in place would be converted once per element and row tile,
-        // where packing converts them once: `attngen run`, model_dim 1024, L 128, AVX-512, f16,
-        // ms packed / in place: 7.8, 7.5 / 16.0, 17.7.
-        if (spec.dtype != DType::f32)
-            resolved.cpu.packed_weights = 1;
+        resolved.cpu = cpu_schedule_params(spec, target, shape_class);
         resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
     } else if (name == "auto")
         resolved.problem =

@@ -166,6 +166,14 @@ CpuScheduleParams x86_schedule_params(const Halide::Target &target);
 CpuScheduleParams arm_schedule_params(const Halide::Target &target);
 
 /**
+ * The CPU schedule's defaults for `spec` on `target` (x86 or arm-64), before any named
+ * parameters: the target's register blocks, the prefill chunks, and the spec's choices (f16 and
+ * bf16 pack their weights). What `compile` and `tune` start from.
+ */
+CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::Target &target,
+                                      const std::string &shape_class);
+
+/**
  * How build_attention should write the algorithm for the schedule that apply_schedule will
  * apply with the same arguments: its query tiles as AlgorithmOptions::query_block, its KV
  * chunks as kv_chunk. Parameters that do not parse give the defaults here; apply_schedule

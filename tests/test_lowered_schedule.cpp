@@ -378,6 +378,37 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
     }
 }
 
+TEST_CASE("compile and tune start from the same CPU defaults, which follow the dtype") {
+    // `attngen tune` seeds its search and measures its "defaults" trial with
+    // cpu_schedule_params; compile resolves an empty parameter list to the same values.
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41");
+    const Halide::Target arm("arm-64-linux");
+    const std::map<std::string, std::string> mha = {
+        {"model_dim", "64"}, {"heads", "4"}, {"projections", "q,k,v,out"}};
+    std::map<std::string, std::string> mha_f16 = mha;
+    mha_f16["dtype"] = "f16";
+    std::map<std::string, std::string> mha_bf16 = mha;
+    mha_bf16["dtype"] = "bf16";
+    // f32 reads the weights in place on x86; f16 and bf16 pack them (one conversion each), and
+    // so does ARM.
+    CHECK(attngen::cpu_schedule_params(spec_of(mha), avx2, "prefill").packed_weights == 0);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha_f16), avx2, "prefill").packed_weights == 1);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha_bf16), avx2, "prefill").packed_weights == 1);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha), arm, "prefill").packed_weights == 1);
+    // The register blocks are the target's, the chunks the shape class's.
+    const attngen::CpuScheduleParams f32 =
+        attngen::cpu_schedule_params(spec_of(mha), avx2, "prefill");
+    const attngen::CpuScheduleParams target = attngen::x86_schedule_params(avx2);
+    CHECK(f32.query_vectors == target.query_vectors);
+    CHECK(f32.gemm_row_vectors == target.gemm_row_vectors);
+    CHECK(f32.key_chunk == attngen::cpu_default_key_chunk("prefill"));
+    CHECK(f32.kv_chunk == 0);
+    const attngen::CpuScheduleParams decode =
+        attngen::cpu_schedule_params(spec_of(mha), avx2, "decode");
+    CHECK(decode.kv_chunk == attngen::cpu_default_kv_chunk("decode"));
+    CHECK(decode.key_chunk == 0);
+}
+
 TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     auto value_loops = [](const std::string &mask, const std::string &schedule_params) {
         LoopsNamed loops(".s1.r_values");

@@ -507,9 +507,8 @@ int command_tune(int argc, char **argv) {
             space.axes.push_back(
                 {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
     } else {
-        space = cpu_space(target.arch == Halide::Target::ARM ? arm_schedule_params(target)
-                                                             : x86_schedule_params(target),
-                          decode, spec.projections.any());
+        space =
+            cpu_space(cpu_schedule_params(spec, target, "prefill"), decode, spec.projections.any());
     }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
