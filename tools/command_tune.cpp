@@ -95,20 +95,20 @@ double parse_duration(const std::string &text) {
 }
 
 /**
- * The CPU schedule's parameters around the target's defaults: the register blocks, flash
- * chunk of the query-tile form (key_chunk 0: whole rows) and the length up to which it walks
- * whole rows instead (rows_up_to) and, with projections, the tiles of
- * their GEMMs; or, when every shape is a decode shape, the KV chunk of the split-KV form
- * (which uses nothing else).
+ * The CPU schedule's parameters around `defaults` (cpu_schedule_params for the shapes' class,
+ * what compile resolves): the register blocks, flash chunk of the query-tile form (key_chunk 0:
+ * whole rows) and the length up to which it walks whole rows instead (rows_up_to) and, with
+ * projections, the tiles of their GEMMs; or, when every shape is a decode shape, the KV chunk
+ * of the split-KV form (which uses nothing else).
  */
 ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections) {
     if (decode)
-        return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, cpu_default_kv_chunk("decode")}}};
+        return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, defaults.kv_chunk}}};
     ParamSpace space{{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
                       {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
                       {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
                       {"d_vectors", {1, 2, 4}, defaults.d_vectors},
-                      {"key_chunk", {0, 64, 128, 256, 512, 1024}, cpu_default_key_chunk("prefill")},
+                      {"key_chunk", {0, 64, 128, 256, 512, 1024}, defaults.key_chunk},
                       {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
     if (projections) {
         space.axes.push_back({"packed_weights", {0, 1}, defaults.packed_weights});
@@ -507,8 +507,8 @@ int command_tune(int argc, char **argv) {
             space.axes.push_back(
                 {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
     } else {
-        space =
-            cpu_space(cpu_schedule_params(spec, target, "prefill"), decode, spec.projections.any());
+        space = cpu_space(cpu_schedule_params(spec, target, decode ? "decode" : "prefill"), decode,
+                          spec.projections.any());
     }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
