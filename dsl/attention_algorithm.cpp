@@ -210,8 +210,22 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.probs(k, q, h, b) = probability(k, t.part_max(k / chunk, q, h, b));
         t.part_sum(j, q, h, b) = 0.0f;
         t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
-        t.r_values = value_keys(chunk, j * chunk);
-        Expr value_key = j * chunk + t.r_values.x;
+        Expr value_key;
+        if (options.kv_value_block > 0) {
+            const int block = options.kv_value_block;
+            t.r_values = RDom({{0, block}, {0, chunk / block}}, "r_values");
+            Expr block_first = j * chunk + t.r_values.y * block;
+            value_key = block_first + t.r_values.x;
+            const auto [begin, end] =
+                key_range(own_values ? options.value_block : options.query_block);
+            // A condition on the block alone, so that the sum over blocks (after an rfactor
+            // of the keys within one) visits only blocks with visible keys.
+            t.r_values.where(block_first < end && block_first + block > begin &&
+                             value_key >= begin && value_key < end);
+        } else {
+            t.r_values = value_keys(chunk, j * chunk);
+            value_key = j * chunk + t.r_values.x;
+        }
         t.part_out(d, j, q, h, b) = 0.0f;
         // The last chunk may run past Lk: its extra keys are never visited, but bounds
         // inference does not see the `where`, so the read of V is clamped.

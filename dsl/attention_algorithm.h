@@ -136,6 +136,13 @@ struct AlgorithmOptions {
     /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
     int kv_chunk = 0;
     /**
+     * With kv_chunk > 0 and a multiple of it: the chunk's P·V walks its keys in blocks of this
+     * many, r_values (y, x) = (block, key in block), so that a schedule can sum each block in
+     * registers (rfactor over the blocks) and visit only the blocks with visible keys. 0: one
+     * loop over the chunk's keys.
+     */
+    int kv_value_block = 0;
+    /**
      * With kv_chunk > 0: calls with Lk <= rows_up_to reduce each row whole instead
      * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.
      */

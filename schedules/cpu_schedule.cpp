@@ -76,6 +76,9 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
  * make tasks for every core. */
 constexpr int gemm_task_outputs = 256;
 
+/** Accumulator vectors of a P·V register block of the split-KV schedule (half of 32). */
+constexpr int pv_register_accumulators = 16;
+
 /**
  * Stores `weight(in, out)`, the caller's nn.Linear weight (in features contiguous),
  * transposed at root so that a GEMM tile loads vectors of outputs, its rows padded by
@@ -357,7 +360,8 @@ void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Va
  * and P·V, so a single query still spreads over all cores, a K or V chunk is read from memory
  * once, and the scratch is one chunk's (chunk x group x Lq floats per stage), not the call's.
  * Scores are dot products vectorized along head_dim whose K loads the group's heads share;
- * P·V reads each V row once, whole, into the group's accumulators in L1. The exact combine
+ * P·V reads each V row once from memory, whole, into the group's accumulators: in registers a
+ * block of keys at a time where they fit (cpu_kv_value_block), else in L1. The exact combine
  * reads the partials afterwards.
  */
 void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &target) {
@@ -401,15 +405,42 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .reorder(h, k, q, b)
         .vectorize(h, h_vec);
 
-    // P·V: each V row is read once, whole: the group's accumulators for it stay in L1. Blocks
-    // of head_dim held in registers instead read V in strided passes, measured 1.4x slower at
-    // H=32 Hkv=8 D=128 Lk=32768.
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
-    s.part_out.update()
-        .reorder(d, h, s.r_values.x, q, j, b)
-        .vectorize(d, d_vec)
-        .unroll(d)
-        .unroll(h);
+    if (s.r_values.dimensions() == 1) {
+        // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
+        // Blocks of head_dim held in registers instead read V in strided passes, measured 1.4x
+        // slower at H=32 Hkv=8 D=128 Lk=32768.
+        s.part_out.update()
+            .reorder(d, h, s.r_values.x, q, j, b)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h);
+    } else {
+        // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
+        // into the accumulators of as many heads as fit, the block's rows read again from L1
+        // for the group's other heads; one load-add-store of each accumulator per block rather
+        // than per key. Whole rows, not blocks of head_dim: reading half rows was 1.06-1.43x
+        // slower (AVX2 and AVX-512, D=128, Lk 4096 and 32768).
+        const int row_vectors = head_dim / d_vec;
+        int heads = std::max(1, pv_register_accumulators / row_vectors);
+        while (group % heads != 0)
+            heads--;
+        Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
+        const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
+        Func tile = s.part_out.update().rfactor(blocks, block);
+        s.part_out.update()
+            .split(h, h_outer, h_inner, heads)
+            .reorder(d, h_inner, h_outer, blocks, q, j, b)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h_inner);
+        tile.compute_at(s.part_out, h_outer)
+            .bound_extent(h, heads)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h);
+        tile.update().reorder(d, h, keys).vectorize(d, d_vec).unroll(d).unroll(h);
+    }
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
     Var combine{"combine_task"};
@@ -437,6 +468,20 @@ int cpu_default_key_chunk(const std::string &shape_class) {
     // A chunk's scores and probabilities (24 queries x 256 keys, 24 KiB each at f32) and its
     // V rows are reused from L1 and L2 rather than streamed from a whole row of the tile.
     return 256;
+}
+
+int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
+                       int head_dim) {
+    const int lanes = target.natural_vector_size<float>();
+    const int row_vectors = head_dim / vector_width_dividing(head_dim, lanes);
+    // 32 registers: up to 16 accumulators, a row's loads and a broadcast. With 16 (AVX2), whole
+    // rows of D=128 do not fit and the one loop was as fast (0.96-1.07x, Lk 4096 and 32768).
+    const bool fits = lanes >= 16 && row_vectors <= pv_register_accumulators;
+    // AVX-512, 2 threads, H=32 Hkv=8 D=128, alternated 5-9 rounds: ms of 8-key blocks / one
+    // loop 0.85 at Lk=64, 0.90 at 1024, 0.88 at 4096, 0.91 at 32768; 4-key blocks alike, 2-key
+    // blocks 1.07-1.14x slower than 8.
+    constexpr int block = 8;
+    return fits && params.kv_chunk > 0 && params.kv_chunk % block == 0 ? block : 0;
 }
 
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {

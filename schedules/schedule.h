@@ -138,6 +138,14 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
 /** The queries of one parallel task of the CPU schedule: query_vectors vectors. */
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params);
 
+/**
+ * Keys per register block of the split-KV schedule's P·V (AlgorithmOptions::kv_value_block),
+ * or 0 for one loop over the chunk's keys. Blocks need a whole V row of accumulators for a
+ * few heads in registers: targets with 32 vector registers (AVX-512) and head_dim of at most
+ * 16 vectors.
+ */
+int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params, int head_dim);
+
 /** Parallel over batch x heads x query tiles, scores and softmax fused into each tile. */
 void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const CpuScheduleParams &params);

@@ -8,6 +8,8 @@
 //   of queries (r_values), not per tile, where the blocks tile the tile from its start.
 // - Grouped-query heads share each K/V chunk: inside a tile the loop over the flash chunks runs
 //   outside the loop over the kv head's group of query heads, which computes the scores.
+// - On AVX-512 the split-KV P·V sums each block of keys in a register tile (a constant-size
+//   intermediate) over a loop of blocks; on AVX2 it keeps one loop over the keys.
 // - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
 //   48 KiB a CUDA block may use.
 #include "dsl/attention_algorithm.h"
@@ -244,6 +246,25 @@ class ChunkThenHeads : public IRVisitor {
     }
 };
 
+/** The allocations whose name holds `part`, and how many of them have a constant size. */
+class AllocationsNamed : public IRVisitor {
+  public:
+    explicit AllocationsNamed(std::string part) : part_(std::move(part)) {}
+    int count = 0, constant = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string part_;
+
+    void visit(const Allocate *op) override {
+        if (op->name.find(part_) != std::string::npos) {
+            count++;
+            constant += op->constant_allocation_size() > 0;
+        }
+        IRVisitor::visit(op);
+    }
+};
+
 /** Counts the stores into Funcs whose name starts with `prefix`. */
 class StoresInto : public IRVisitor {
   public:
@@ -429,6 +450,40 @@ TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     }
     // Blocks of 5 do not tile a 16-query tile from its start: the tile's bounds serve.
     CHECK(value_loops("causal", "query_vectors=2,query_block=5") == 0);
+}
+
+TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
+    // A register tile of P·V (part_out's rfactor intermediate, constant size) and a loop over
+    // blocks of keys (r_values' y) on 32-register AVX-512; one loop over the keys on AVX2.
+    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
+                                "no_runtime");
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+    for (const std::string mask : {"none", "causal+padding"}) {
+        for (const auto &[target, blocks] : {std::pair{avx512, true}, std::pair{avx2, false}}) {
+            INFO("mask " << mask << ", target " << target.to_string());
+            AllocationsNamed tiles("part_out");
+            LoopsNamed block_loops(".s1.r_values$y");
+            for (const Stmt &body : lower_layer(
+                     {{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}, {"mask", mask}},
+                     "kv_chunk=64", target)) {
+                body.accept(&tiles);
+                body.accept(&block_loops);
+            }
+            // part_out itself (sized by Lq), plus, with blocks, its register tile (and a copy of
+            // it in the epilogue of the loop over blocks that Halide's loop partitioning adds).
+            CHECK((tiles.count > 1) == blocks);
+            CHECK((tiles.constant > 0) == blocks);
+            CHECK((block_loops.count > 0) == blocks);
+        }
+    }
+    // A chunk that is not a whole number of blocks keeps the one loop.
+    LoopsNamed block_loops(".s1.r_values$y");
+    for (const Stmt &body :
+         lower_layer({{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}}, "kv_chunk=60",
+                     Halide::Target("x86-64-linux-avx-avx2-avx512-"
+                                    "avx512_skylake-f16c-fma-sse41-no_runtime")))
+        body.accept(&block_loops);
+    CHECK(block_loops.count == 0);
 }
 
 TEST_CASE("the GPU schedule's shared memory stays within the bound attngen checks") {
