@@ -211,7 +211,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.part_sum(j, q, h, b) = 0.0f;
         t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
         Expr value_key;
-        if (options.kv_value_block > 0) {
+        if (options.kv_value_block > 0 && chunk % options.kv_value_block == 0) {
             const int block = options.kv_value_block;
             t.r_values = RDom({{0, block}, {0, chunk / block}}, "r_values");
             Expr block_first = j * chunk + t.r_values.y * block;

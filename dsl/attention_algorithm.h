@@ -139,7 +139,7 @@ struct AlgorithmOptions {
      * With kv_chunk > 0 and a multiple of it: the chunk's P·V walks its keys in blocks of this
      * many, r_values (y, x) = (block, key in block), so that a schedule can sum each block in
      * registers (rfactor over the blocks) and visit only the blocks with visible keys. 0: one
-     * loop over the chunk's keys.
+     * loop over the chunk's keys (as is any value that does not divide kv_chunk).
      */
     int kv_value_block = 0;
     /**
