@@ -422,9 +422,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         // than per key. Whole rows, not blocks of head_dim: reading half rows was 1.06-1.43x
         // slower (AVX2 and AVX-512, D=128, Lk 4096 and 32768).
         const int row_vectors = head_dim / d_vec;
-        int heads = std::max(1, pv_register_accumulators / row_vectors);
-        while (group % heads != 0)
-            heads--;
+        const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
         Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
         const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
         Func tile = s.part_out.update().rfactor(blocks, block);
@@ -481,7 +479,9 @@ int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &pa
     // loop 0.85 at Lk=64, 0.90 at 1024, 0.88 at 4096, 0.91 at 32768; 4-key blocks alike, 2-key
     // blocks 1.07-1.14x slower than 8.
     constexpr int block = 8;
-    return fits && params.kv_chunk > 0 && params.kv_chunk % block == 0 ? block : 0;
+    // Split-KV only (the query-tile form's chunks keep one loop); a block that does not divide
+    // the chunk is refused by the algorithm itself (AlgorithmOptions::kv_value_block).
+    return fits && params.kv_chunk > 0 ? block : 0;
 }
 
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
