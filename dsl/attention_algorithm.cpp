@@ -89,6 +89,8 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     const int group = spec.group_size();
     Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
+    // The query's position: q itself, or, with reverse_queries, the row q counted from the last.
+    Expr position = options.reverse_queries ? last_query - q : Expr(q);
     // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
     Expr kv_head = h / group;
     t.scores(k, q, h, b) = 0.0f;
@@ -102,12 +104,12 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     const float lowest = std::numeric_limits<float>::lowest();
     const float masked_cutoff = lowest / 2;
     Expr score = t.scores(k, q, h, b);
-    Expr visible = predicates_visible(spec, in, k, q, h, b);
+    Expr visible = predicates_visible(spec, in, k, position, h, b);
     const double units = score_units(spec, options);
     if (spec.mask.additive) {
-        Expr bias = Halide::max(
-            f32(in.attn_bias(Halide::clamp(k, 0, last_key), Halide::clamp(q, 0, last_query), h, b)),
-            lowest);
+        Expr bias = Halide::max(f32(in.attn_bias(Halide::clamp(k, 0, last_key),
+                                                 Halide::clamp(position, 0, last_query), h, b)),
+                                lowest);
         // In base 2 the bias is scaled too, from at least the cutoff so that it stays finite
         // (a bias below the cutoff masks its key anyway).
         score += units == 1.0 ? bias : Halide::max(bias, masked_cutoff) * static_cast<float>(units);
@@ -115,7 +117,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         visible = visible && bias > masked_cutoff;
     }
     if (spec.score_mod) {
-        LoweringContext context = lowering_context(in, k, q, h, b);
+        LoweringContext context = lowering_context(in, k, position, h, b);
         context.score = score;
         score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
     }
@@ -127,7 +129,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // diagonal (or window edge, or padding) blocks, where it stays. Their tests are bounds on k,
     // which Halide's solver handles; the predicates and the bias keep their test everywhere.
     Expr offset = Halide::select(visible, 0.0f, lowest);
-    Expr structured = structured_visible(spec, in, k, q, b);
+    Expr structured = structured_visible(spec, in, k, position, b);
     if (!Halide::Internal::is_const_one(structured))
         offset = Halide::select(structured, Halide::likely(offset), lowest);
     t.masked(k, q, h, b) = Halide::max(score + offset, lowest);
@@ -146,8 +148,11 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             return {begin, end};
         block = std::max(block, 1);
         Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
-        Expr first_q = block == 1 ? Expr(q) : (q / block) * block;
-        Expr last_q = first_q + (block - 1);
+        // The block's first and last row, and the positions of its queries.
+        Expr first_row = block == 1 ? Expr(q) : (q / block) * block;
+        Expr last_row = first_row + (block - 1);
+        Expr first_q = options.reverse_queries ? last_query - last_row : first_row;
+        Expr last_q = options.reverse_queries ? last_query - first_row : last_row;
         if (spec.mask.causal)
             end = Halide::min(end, last_q + offset + 1);
         if (spec.mask.window > 0) {
@@ -307,6 +312,10 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
     s.r_head_dim = RDom(0, head_dim, "r_head_dim");
+    // The query that row q of the attention stages reads (AlgorithmOptions::reverse_queries),
+    // clamped: a schedule may round a tile of rows past either end.
+    Expr query_row =
+        Halide::clamp(options.reverse_queries ? last_query - q : Expr(q), 0, last_query);
 
     if (proj.any()) {
         // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
@@ -347,11 +356,13 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
             project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
             project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
         }
-        s.q_heads(d, q, h, b) = s.q_proj(d, q, h, b) * scale;
+        // q_proj's rows follow the tiles in query order (a schedule sizes its GEMM by them).
+        s.q_heads(d, q, h, b) =
+            s.q_proj(d, options.reverse_queries ? query_row : Expr(q), h, b) * scale;
         s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
         s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
     } else {
-        s.q_heads(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b)) * scale;
+        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
         s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
         // Values are only read by the exact key reduction of P·V: no clamp needed.
         s.v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
@@ -371,7 +382,12 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         attention = Halide::select(s.use_rows, define_softmax(*rows, in, options, 0), attention);
         s.rows = rows;
     }
-    s.attn_out(d, q, h, b) = attention;
+    if (options.reverse_queries) {
+        s.attn_reversed(d, q, h, b) = attention;
+        s.attn_out(d, q, h, b) = s.attn_reversed(d, last_query - q, h, b);
+    } else {
+        s.attn_out(d, q, h, b) = attention;
+    }
 
     Halide::Type stored = storage_type(spec.dtype);
     if (proj.out) {

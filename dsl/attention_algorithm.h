@@ -74,6 +74,12 @@ struct AttentionStages {
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
     Halide::Func weighted_sum{"weighted_sum"}, attn_out{"attn_out"}, out_proj{"out_proj"};
+    /**
+     * With AlgorithmOptions::reverse_queries, the stages from q_heads to weighted_sum index
+     * query rows r = Lq - 1 - query, and attn_reversed (d, r, h, b) is their result, which
+     * attn_out reads back in query order. Undefined otherwise.
+     */
+    Halide::Func attn_reversed{"attn_reversed"};
     /** The split-KV partials and the chunks' weights in the combine (kv_chunk > 0 only). */
     Halide::Func part_max{"part_max"}, part_sum{"part_sum"}, part_out{"part_out"};
     Halide::Func part_scale{"part_scale"};
@@ -133,6 +139,14 @@ struct AlgorithmOptions {
      * 0: query_block.
      */
     int value_block = 0;
+    /**
+     * The stages from q_heads to weighted_sum index the queries last to first (row r is query
+     * Lq - 1 - r; AttentionStages::attn_reversed), so the aligned blocks of query_block rows
+     * end at the last query. Under a causal mask the cost of a query grows with its position: a
+     * schedule's query tiles then run longest first, and the short tile left over where the
+     * tile does not divide Lq holds the first queries, whose rows are shortest, not the last.
+     */
+    bool reverse_queries = false;
     /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
     int kv_chunk = 0;
     /**

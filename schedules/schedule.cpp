@@ -289,6 +289,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.kv_chunk =
             resolved.cpu.kv_chunk > 0 ? resolved.cpu.kv_chunk : resolved.cpu.key_chunk;
         options.rows_up_to = resolved.cpu.rows_up_to;
+        options.reverse_queries = cpu_reverse_queries(spec, target, resolved.cpu);
         options.kv_value_block = cpu_kv_value_block(target, resolved.cpu, spec.resolved_head_dim());
         // Measured with `attngen run` (AVX-512, 2 threads, heads 8, D 64, L 2048, tuned
         // record, alternated twice): 20.9 / 20.7 ms with Halide::exp, 20.3 / 20.1 with this.

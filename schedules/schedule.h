@@ -146,6 +146,14 @@ int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params
  */
 int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params, int head_dim);
 
+/**
+ * Whether the prefill forms take the queries last to first (AlgorithmOptions::reverse_queries):
+ * under a causal mask, with a query tile that is not a power of two, so that the usual lengths
+ * leave a short tile, which then holds the first queries rather than the longest rows.
+ */
+bool cpu_reverse_queries(const AttentionSpec &spec, const Halide::Target &target,
+                         const CpuScheduleParams &params);
+
 /** Parallel over batch x heads x query tiles, scores and softmax fused into each tile. */
 void apply_cpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const CpuScheduleParams &params);
