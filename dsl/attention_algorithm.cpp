@@ -53,6 +53,15 @@ LoweringContext lowering_context(const AttentionInputs &in, const Expr &k, const
     return context;
 }
 
+/**
+ * The query position of row `row` of the attention stages: the row itself, or, with
+ * AlgorithmOptions::reverse_queries, counted from the last query (a mapping that is its own
+ * inverse).
+ */
+Expr query_position(const Expr &row, const AttentionInputs &in, const AlgorithmOptions &options) {
+    return options.reverse_queries ? in.query_len - 1 - row : row;
+}
+
 /** Which keys the structured masks (causal, window, key padding) show query q of batch b. Each
  * is a bound linear in k, so Halide's loop partitioning can solve it for a block's keys. */
 Expr structured_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
@@ -89,8 +98,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     const int group = spec.group_size();
     Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
-    // The query's position: q itself, or, with reverse_queries, the row q counted from the last.
-    Expr position = options.reverse_queries ? last_query - q : Expr(q);
+    Expr position = query_position(q, in, options);
     // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
     Expr kv_head = h / group;
     t.scores(k, q, h, b) = 0.0f;
@@ -314,8 +322,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     s.r_head_dim = RDom(0, head_dim, "r_head_dim");
     // The query that row q of the attention stages reads (AlgorithmOptions::reverse_queries),
     // clamped: a schedule may round a tile of rows past either end.
-    Expr query_row =
-        Halide::clamp(options.reverse_queries ? last_query - q : Expr(q), 0, last_query);
+    Expr query_row = Halide::clamp(query_position(q, in, options), 0, last_query);
 
     if (proj.any()) {
         // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
@@ -384,7 +391,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     }
     if (options.reverse_queries) {
         s.attn_reversed(d, q, h, b) = attention;
-        s.attn_out(d, q, h, b) = s.attn_reversed(d, last_query - q, h, b);
+        s.attn_out(d, q, h, b) = s.attn_reversed(d, query_position(q, in, options), h, b);
     } else {
         s.attn_out(d, q, h, b) = attention;
     }

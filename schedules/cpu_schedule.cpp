@@ -499,7 +499,7 @@ bool cpu_reverse_queries(const AttentionSpec &spec, const Halide::Target &target
     // 1008 = 21 x 48. With 32-query tiles, which divide those lengths, only the copy is left:
     // D=128 1.03 at 1024, 1.06 at 2048. AVX2 (24-query tiles, less waste): 1.01 and 0.97.
     const int tile = cpu_query_tile(target, params);
-    return spec.mask.causal && params.kv_chunk <= 0 && (tile & (tile - 1)) != 0;
+    return spec.mask.causal && params.kv_chunk <= 0 && !is_power_of_two(tile);
 }
 
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
@@ -575,11 +575,14 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // (AlgorithmOptions::reverse_queries); attn_out then reads it in place.
     const bool reversed = s.attn_reversed.defined();
     Func core = reversed ? s.attn_reversed : s.spec.projections.out ? s.attn_out : s.output;
-    if (reversed) {
+    if (reversed || s.spec.projections.out)
+        core.compute_root();
+    if (core.name() != s.attn_out.name())
         s.attn_out.compute_inline();
+    if (reversed) {
         // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
         // uniform (AlgorithmOptions::query_block).
-        s.attn_reversed.compute_root().align_bounds(q, cpu_query_tile(target, params));
+        core.align_bounds(q, query_tile);
         if (!s.spec.projections.out) {
             // The output is a copy in query order: tasks of 256 rows of a head.
             Var task{"copy_task"}, rows{"copy_rows"};
@@ -588,13 +591,12 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                 .fuse(rows, h, task)
                 .fuse(task, b, task)
                 .parallel(task)
-                .vectorize(d, vector_width_dividing(head_dim, lanes));
+                .vectorize(d, d_vec);
         }
     }
     if (s.spec.projections.out) {
         // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
-        Func heads_out = reversed ? s.attn_reversed : s.attn_out;
-        heads_out.compute_root().reorder_storage(d, h, q, b);
+        core.reorder_storage(d, h, q, b);
         const int model_dim = s.spec.resolved_model_dim();
         if (params.kv_chunk > 0) {
             // Decode: a few rows, so the weight is read once in place rather than three times
@@ -626,8 +628,6 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
                              {s.r_concat.x, s.r_concat.y}, params);
         }
-    } else if (!reversed) {
-        s.attn_out.compute_inline();
     }
     if (params.kv_chunk > 0) {
         schedule_split_kv(s, core, target);

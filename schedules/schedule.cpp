@@ -13,6 +13,10 @@ int vector_width_dividing(int extent, int lanes) {
     return width;
 }
 
+bool is_power_of_two(int n) {
+    return (n & (n - 1)) == 0;
+}
+
 bool is_schedule_name(const std::string &name) {
     return name == "auto" || name == "reference" || name == "x86" || name == "arm" ||
            name == "cuda";
@@ -108,7 +112,7 @@ std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams
                                               {"heads_per_block", &params.heads_per_block, 256},
                                               {"stage_queries", &params.stage_queries, 1, 0}});
     // The block's threads split a chunk evenly only for a power of two.
-    if (problem.empty() && (params.key_chunk & (params.key_chunk - 1)) != 0)
+    if (problem.empty() && !is_power_of_two(params.key_chunk))
         problem = "schedule parameter key_chunk must be a power of two for a GPU target, got " +
                   std::to_string(params.key_chunk);
     // The split-KV form rounds a step's keys out to whole aligned steps (cuda_schedule.cpp):

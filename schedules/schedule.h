@@ -224,4 +224,7 @@ std::string apply_schedule(AttentionStages &stages, const Halide::Target &target
 /** The widest power-of-two vector (at most `lanes`) that divides `extent`. */
 int vector_width_dividing(int extent, int lanes);
 
+/** Whether n (> 0) is a power of two. */
+bool is_power_of_two(int n);
+
 } // namespace attngen
