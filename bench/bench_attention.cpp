@@ -59,6 +59,19 @@ constexpr int64_t longest = lengths[std::size(lengths) - 1];
 constexpr double relative_tolerance = 1e-4, absolute_tolerance = 1e-5;
 constexpr double slow_run_ms = 1000; // once a run takes longer, three timed runs are enough
 constexpr int slow_runs = 3;
+constexpr int max_runs = 100; // what --min-ms may extend a measurement to
+
+/**
+ * How many timed runs (rounds) a measurement takes: at least `runs`, and more, up to max_runs,
+ * until they have taken `min_ms` in all. Five runs of a short row are over in tens of ms, and
+ * one slow moment of a shared machine can hold all of them; a second of runs cannot be held by
+ * a moment. Slow phases that last seconds still show: a whole multi-head L = 128 row has been
+ * seen at twice its usual time, its peers at 1.3-1.5 times theirs.
+ */
+struct Rounds {
+    int runs = 5;
+    double min_ms = 1000;
+};
 // Nothing sleeps between the calls that are timed. The peers' sgemms run single-threaded on the
 // benchmark's own worker threads (openblas_set_num_threads(1), omp_set_num_threads(1)), so no
 // idle BLAS worker spins after them (measured: 0.1 ms of CPU in a 300 ms pause after
@@ -79,7 +92,7 @@ struct Options {
     int threads = 2;
     int64_t max_len = longest;
     int64_t reference_max_len = 2048;
-    int runs = 5;
+    Rounds rounds;
     bool decode = true;
     bool memory = true;
     bool mha = true;
@@ -87,7 +100,8 @@ struct Options {
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
-               "                       [--no-decode] [--no-mha] [--no-memory] [--help]\n"
+               "                       [--min-ms N] [--no-decode] [--no-mha] [--no-memory]\n"
+               "                       [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
                "  --ref-max-len L\n"
@@ -96,11 +110,13 @@ void print_usage() {
                "               stores three L x L arrays of scores: 6 GiB at L=8192)\n"
                "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
                "               {} once a run takes over {:.0f} s)\n"
+               "  --min-ms N   and more runs, up to {}, until they have taken N ms in all\n"
+               "               (default {:.0f}; 0 = exactly --runs)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
-               longest, Options().reference_max_len, slow_runs, slow_run_ms / 1000,
-               decode_lengths[std::size(decode_lengths) - 1], memory_len);
+               longest, Options().reference_max_len, slow_runs, slow_run_ms / 1000, max_runs,
+               Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len);
 }
 
 /** `text` as an integer in [low, high], or nullopt after saying on stderr what is wrong. */
@@ -132,7 +148,7 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--ref-max-len" &&
-            option != "--runs") {
+            option != "--runs" && option != "--min-ms") {
             fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
             return std::nullopt;
         }
@@ -152,8 +168,11 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
         } else if (option == "--ref-max-len") {
             if ((value = parse_integer(option, text, 0, std::numeric_limits<int>::max())))
                 options.reference_max_len = *value;
+        } else if (option == "--min-ms") {
+            if ((value = parse_integer(option, text, 0, 600000)))
+                options.rounds.min_ms = static_cast<double>(*value);
         } else if ((value = parse_integer(option, text, 1, 1000))) {
-            options.runs = static_cast<int>(*value);
+            options.rounds.runs = static_cast<int>(*value);
         }
         if (!value)
             return std::nullopt;
@@ -401,20 +420,37 @@ template <typename Call> double elapsed_ms(const Call &call) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-/**
- * Runs `round` (which returns the ms of its slowest timed call) `runs` times, or slow_runs times
- * once a call is slower than slow_run_ms.
- */
-template <typename Round> void run_rounds(int runs, const Round &round) {
-    for (int done = 0, planned = runs; done < planned; done++)
-        if (round() > slow_run_ms)
-            planned = std::min(runs, slow_runs);
+/** How many runs a median is taken over, for the tables' headings. */
+std::string rounds_text(const Rounds &rounds) {
+    std::string text = fmt::format("median of {} run{}", rounds.runs, rounds.runs == 1 ? "" : "s");
+    if (rounds.min_ms > 0)
+        text += fmt::format(" or more (up to {}, until they have taken {:.0f} ms)", max_runs,
+                            rounds.min_ms);
+    return text;
 }
 
-/** Median wall time in ms of `runs` calls of `call`, or of fewer once a call is slow. */
-template <typename Call> double median_ms(const Call &call, int runs) {
+/**
+ * Runs `round` (which returns the ms of its slowest timed call) as `rounds` says, or slow_runs
+ * times once a call is slower than slow_run_ms.
+ */
+template <typename Round> void run_rounds(const Rounds &rounds, const Round &round) {
+    double spent_ms = 0;
+    bool slow = false;
+    for (int done = 0, planned = rounds.runs;
+         done < planned || (!slow && spent_ms < rounds.min_ms && done < max_runs); done++) {
+        double slowest = 0;
+        spent_ms += elapsed_ms([&] { slowest = round(); });
+        if (slowest > slow_run_ms) {
+            planned = std::min(rounds.runs, slow_runs);
+            slow = true;
+        }
+    }
+}
+
+/** Median wall time in ms of calls of `call`, as many as `rounds` says. */
+template <typename Call> double median_ms(const Call &call, const Rounds &rounds) {
     std::vector<double> times;
-    run_rounds(runs, [&] {
+    run_rounds(rounds, [&] {
         times.push_back(elapsed_ms(call));
         return times.back();
     });
@@ -478,7 +514,7 @@ struct RowResult {
  * attngen's `out` with each peer's `reference`. Problems are described on stderr (as `name` at
  * L=`length`) and marked in `check`.
  */
-RowResult time_and_compare(const char *name, int64_t length, int runs,
+RowResult time_and_compare(const char *name, int64_t length, const Rounds &rounds,
                            const std::function<attngen::Status()> &run_attngen,
                            const std::function<void(Blas)> &run_peer, const std::vector<float> &out,
                            const std::vector<float> &reference) {
@@ -511,7 +547,7 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
         return elapsed_ms(call);
     };
     std::vector<double> attngen_times, peer_times[std::size(peers)], ratios[std::size(peers)];
-    run_rounds(runs, [&] {
+    run_rounds(rounds, [&] {
         double slowest = 0;
         if (status) {
             attngen_times.push_back(timed(run_checked));
@@ -546,7 +582,7 @@ RowResult time_and_compare(const char *name, int64_t length, int runs,
  * timed apart from the rounds: at 10 to 100 times attngen's time, drift does not matter.
  */
 RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_layer,
-                  int64_t length, int runs, WorkerPool &pool) {
+                  int64_t length, const Rounds &rounds, WorkerPool &pool) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, dim = info.head_dim;
     const int64_t size = batch * heads * length * dim;
@@ -563,7 +599,7 @@ RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_l
     args.value = attngen::view(value.data(), {batch, heads, length, dim});
     args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
     RowResult row = time_and_compare(
-        info.name, length, runs, [&] { return attngen::run(layer, args); },
+        info.name, length, rounds, [&] { return attngen::run(layer, args); },
         [&](Blas blas) {
             blas_attention(blas, info, length, query.data(), key.data(), value.data(),
                            reference.data(), scores, pool);
@@ -588,7 +624,7 @@ RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_l
         row.check = "MISMATCH";
         return row;
     }
-    row.reference_ms = median_ms([&] { attngen::run(*reference_layer, reference_args); }, runs);
+    row.reference_ms = median_ms([&] { attngen::run(*reference_layer, reference_args); }, rounds);
     row.reference_ratio = row.reference_ms / row.attngen_ms;
     return row;
 }
@@ -645,7 +681,8 @@ void blas_mha(Blas blas, const attngen::LayerInfo &info, int64_t length, const f
 }
 
 /** Times a self-attention layer with Q/K/V/out projections against blas_mha. */
-RowResult measure_mha(const attngen::Layer &layer, int64_t length, int runs, WorkerPool &pool) {
+RowResult measure_mha(const attngen::Layer &layer, int64_t length, const Rounds &rounds,
+                      WorkerPool &pool) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t model = info.model_dim, inner = int64_t(info.heads) * info.head_dim;
     std::mt19937 rng(seed);
@@ -675,7 +712,7 @@ RowResult measure_mha(const attngen::Layer &layer, int64_t length, int runs, Wor
     args.wo = attngen::view(weights[3].data(), {model, inner});
     args.out = attngen::mutable_view(out.data(), {batch, length, model});
     return time_and_compare(
-        info.name, length, runs, [&] { return attngen::run(layer, args); },
+        info.name, length, rounds, [&] { return attngen::run(layer, args); },
         [&](Blas blas) {
             blas_mha(blas, info, length, x.data(), weight_data, reference.data(), projected, scores,
                      pool);
@@ -724,7 +761,7 @@ struct DecodeResult {
  * Times `layer` (B=1, Lq=1) at `key_len`, rotating through copies of the inputs that together
  * exceed the caches, and checks the first copy's output against decode_reference.
  */
-DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int runs,
+DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, const Rounds &rounds,
                             attngen_bench::ReadProbe &probe) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
@@ -765,7 +802,8 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, int ru
     for (int i = 0; i < 3; i++)
         probes.push_back(probe.measure());
     run_one();
-    result.ms = median_ms(run_one, std::max<int>(runs, static_cast<int>(copies)));
+    result.ms =
+        median_ms(run_one, {std::max<int>(rounds.runs, static_cast<int>(copies)), rounds.min_ms});
     for (int i = 0; i < 3; i++)
         probes.push_back(probe.measure());
     result.probe_gbps = median(probes);
@@ -902,9 +940,9 @@ int main(int argc, char **argv) {
     fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}), read "
                "bandwidth {:.1f} GB/s\n",
                options.threads, peak.gflops, peak.kind, bandwidth);
-    fmt::print("f32, B={}, H={}, Lq = Lk = L; median of {} run{} after a warm-up", batch,
-               layers[0].first->info.heads, options.runs, options.runs == 1 ? "" : "s");
-    if (options.runs > slow_runs)
+    fmt::print("f32, B={}, H={}, Lq = Lk = L; {} after a warm-up", batch,
+               layers[0].first->info.heads, rounds_text(options.rounds));
+    if (options.rounds.runs > slow_runs)
         fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
     fmt::print(
         "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
@@ -973,18 +1011,18 @@ int main(int argc, char **argv) {
                                   info.causal ? "causal" : "none", length),
                       measure(*layer,
                               length <= options.reference_max_len ? reference_layer : nullptr,
-                              length, options.runs, peer_pool),
+                              length, options.rounds, peer_pool),
                       flops, true);
         }
     }
 
     if (options.mha) {
         fmt::print("\nmulti-head attention end to end: self-attention with Q, K, V and output "
-                   "projections, no bias, no mask, D=64, H = M/64; f32, B=1, median of {} "
-                   "runs\nGFLOP/s = (8*L*M*M + 4*L*L*M) / time; OpenBLAS and oneDNN: sgemm "
+                   "projections, no bias, no mask, D=64, H = M/64; f32, B=1, {}\nGFLOP/s = "
+                   "(8*L*M*M + 4*L*L*M) / time; OpenBLAS and oneDNN: sgemm "
                    "projections per (block of {} rows, head), the math path per head, the heads "
                    "gathered and one output sgemm per block of rows\n\n",
-                   options.runs, projection_rows);
+                   rounds_text(options.rounds), projection_rows);
         print_header(fmt::format("{:>5} | {:>5} | ", "M", "L"), false);
         for (const attngen::Layer *layer : {&bench_mha512_layer(), &bench_mha1024_layer()}) {
             const double model = layer->info.model_dim;
@@ -994,19 +1032,20 @@ int main(int argc, char **argv) {
                 const double flops =
                     8.0 * length * model * model + 4.0 * double(length) * double(length) * model;
                 print_row(fmt::format("{:>5} | {:>5} | ", layer->info.model_dim, length),
-                          measure_mha(*layer, length, options.runs, peer_pool), flops, false);
+                          measure_mha(*layer, length, options.rounds, peer_pool), flops, false);
             }
         }
     }
 
     if (options.decode) {
         const attngen::LayerInfo &info = bench_decode_layer().info;
-        fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; median of at least {} runs, "
-                   "rotating input copies of 256 MiB or more;\nGB/s = (K + V + Q + out bytes) / "
+        fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; {} (and at least one per "
+                   "input copy), rotating input copies of 256 MiB or more;\nGB/s = (K + V + Q + "
+                   "out bytes) / "
                    "time; probe = median read bandwidth of 256 MiB passes just before and after "
                    "the row's calls (it drifts on shared machines);\nbw = GB/s / probe; check: "
                    "against float64\n\n",
-                   info.heads, info.kv_heads, info.head_dim, options.runs);
+                   info.heads, info.kv_heads, info.head_dim, rounds_text(options.rounds));
         const std::string decode_header =
             fmt::format("{:>6} | {:>10} | {:>7} | {:>7} | {:>5} | {}", "Lk", "attngen ms", "GB/s",
                         "probe", "bw", "check");
@@ -1014,7 +1053,7 @@ int main(int argc, char **argv) {
         attngen_bench::ReadProbe probe(options.threads);
         for (int64_t key_len : decode_lengths) {
             const DecodeResult row =
-                measure_decode(bench_decode_layer(), key_len, options.runs, probe);
+                measure_decode(bench_decode_layer(), key_len, options.rounds, probe);
             if (std::strcmp(row.check, "ok") != 0)
                 failures++;
             const double gbps = row.bytes / row.ms * 1e-6;
