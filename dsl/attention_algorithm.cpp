@@ -156,11 +156,14 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             return {begin, end};
         block = std::max(block, 1);
         Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
-        // The block's first and last row, and the positions of its queries.
+        // The block's first and last row, and its first and last query position (reversed
+        // rows count down, so the last row holds the first query).
         Expr first_row = block == 1 ? Expr(q) : (q / block) * block;
         Expr last_row = first_row + (block - 1);
-        Expr first_q = options.reverse_queries ? last_query - last_row : first_row;
-        Expr last_q = options.reverse_queries ? last_query - first_row : last_row;
+        Expr first_q = query_position(first_row, in, options);
+        Expr last_q = query_position(last_row, in, options);
+        if (options.reverse_queries)
+            std::swap(first_q, last_q);
         if (spec.mask.causal)
             end = Halide::min(end, last_q + offset + 1);
         if (spec.mask.window > 0) {
