@@ -634,13 +634,16 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         return;
     }
     if (!s.spec.projections.any()) {
-        // P·V reads 64-byte blocks of V rows: from caller memory that is not 64-byte aligned
-        // every block straddles two cache lines (20% slower at D = 64). One aligned f32 copy
-        // per call (~1% of the work, and f16/bf16 are converted once) avoids that.
-        // K gets the same copy: its rows then sit at one constant stride, so the score
+        // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
+        // straddle cache lines (AVX2 code at D = 64: up to 1.2x slower). One aligned f32 copy
+        // per call (and f16/bf16 are converted once) avoids that, unless copy_values is 0.
+        // K always gets the same copy: its rows then sit at one constant stride, so the score
         // block's keys are one base pointer and constant offsets rather than a clamped address
         // per key (LLVM computed those in vector registers inside the dot-product loop).
-        for (Func heads : {s.k_heads, s.v_heads}) {
+        std::vector<Func> copies = {s.k_heads};
+        if (params.copy_values)
+            copies.push_back(s.v_heads);
+        for (Func heads : copies) {
             Var task{"kv_task"};
             heads.compute_root()
                 .fuse(h, b, task)

@@ -435,6 +435,36 @@ TEST_CASE("compile and tune start from the same CPU defaults, which follow the d
     CHECK(decode.key_chunk == 0);
 }
 
+TEST_CASE("V is copied aligned unless 16-lane f32 code with head_dim up to 64 reads it in place") {
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+    const Halide::Target avx512(
+        "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-no_runtime");
+    auto layer = [](const std::string &head_dim, const std::string &dtype) {
+        return std::map<std::string, std::string>{
+            {"heads", "4"}, {"head_dim", head_dim}, {"dtype", dtype}, {"mask", "causal"}};
+    };
+    struct Case {
+        std::string head_dim, dtype;
+        Halide::Target target;
+        int copy_values;
+    };
+    for (const Case &c :
+         {Case{"64", "f32", avx512, 0}, Case{"32", "f32", avx512, 0}, Case{"128", "f32", avx512, 1},
+          Case{"64", "f16", avx512, 1}, Case{"64", "f32", avx2, 1}}) {
+        INFO("head_dim " << c.head_dim << ", " << c.dtype << ", " << c.target.to_string());
+        const attngen::AttentionSpec spec = spec_of(layer(c.head_dim, c.dtype));
+        CHECK(attngen::cpu_schedule_params(spec, c.target, "prefill").copy_values == c.copy_values);
+        // The lowered code has the copy exactly when the parameter asks for it, either way.
+        for (const int copy : {0, 1}) {
+            StoresInto copies("v_heads");
+            for (const Stmt &body : lower_layer(layer(c.head_dim, c.dtype),
+                                                "copy_values=" + std::to_string(copy), c.target))
+                body.accept(&copies);
+            CHECK((copies.count > 0) == (copy == 1));
+        }
+    }
+}
+
 TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     auto value_loops = [](const std::string &mask, const std::string &schedule_params) {
         LoopsNamed loops(".s1.r_values");
