@@ -387,6 +387,12 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         rows->q_heads = s.q_heads;
         rows->k_heads = s.k_heads;
         rows->v_heads = s.v_heads;
+        if (!proj.any()) {
+            // V of its own, read from the same input, so that a schedule can copy V for one
+            // form and not the other: a root copy is made only by the calls that run its form.
+            rows->v_heads = Func("v_heads_rows");
+            rows->v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
+        }
         rows->r_head_dim = s.r_head_dim;
         s.use_rows = in.key_len <= options.rows_up_to;
         attention = Halide::select(s.use_rows, define_softmax(*rows, in, options, 0), attention);

@@ -107,9 +107,10 @@ struct AttentionStages {
     int kv_chunk = 0;
     /**
      * With AlgorithmOptions::rows_up_to, the whole-row form beside this (flash) form: its own
-     * stages from scores to weighted_sum, sharing q_heads, k_heads and v_heads; attn_out takes
-     * its value where `use_rows` (Lk <= rows_up_to) holds, for a schedule to specialize on.
-     * Null and undefined otherwise.
+     * stages from scores to weighted_sum, sharing q_heads, k_heads and (with projections)
+     * v_heads; without projections its v_heads is its own Func of the same input. attn_out
+     * takes its value where `use_rows` (Lk <= rows_up_to) holds, for a schedule to specialize
+     * on. Null and undefined otherwise.
      */
     std::shared_ptr<AttentionStages> rows;
     Halide::Expr use_rows;

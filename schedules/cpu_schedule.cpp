@@ -635,14 +635,19 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     }
     if (!s.spec.projections.any()) {
         // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
-        // straddle cache lines (AVX2 code at D = 64: up to 1.2x slower). One aligned f32 copy
-        // per call (and f16/bf16 are converted once) avoids that, unless copy_values is 0.
+        // straddle cache lines (AVX2 code at D = 64: up to 1.2x slower). An aligned f32 copy
+        // per call (and f16/bf16 are converted once) avoids that, in the forms that
+        // copy_values names: the whole-row form's V is a Func of its own, so a call that runs
+        // one form copies only that form's V.
         // K always gets the same copy: its rows then sit at one constant stride, so the score
         // block's keys are one base pointer and constant offsets rather than a clamped address
         // per key (LLVM computed those in vector registers inside the dot-product loop).
         std::vector<Func> copies = {s.k_heads};
-        if (params.copy_values)
+        const bool chunked = s.kv_chunk > 0;
+        if (params.copy_values == 2 || (params.copy_values == 1 && chunked))
             copies.push_back(s.v_heads);
+        if (s.rows && params.copy_values == 2)
+            copies.push_back(s.rows->v_heads);
         for (Func heads : copies) {
             Var task{"kv_task"};
             heads.compute_root()

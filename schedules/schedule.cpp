@@ -75,7 +75,7 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
                                               {"gemm_rows", &params.gemm_rows, 16},
                                               {"gemm_task_rows", &params.gemm_task_rows, 4096},
                                               {"fused_qkv", &params.fused_qkv, 1, 0},
-                                              {"copy_values", &params.copy_values, 1, 0},
+                                              {"copy_values", &params.copy_values, 2, 0},
                                               {"packed_weights", &params.packed_weights, 1, 0},
                                               {"gemm_row_vectors", &params.gemm_row_vectors, 16},
                                               {"gemm_outputs", &params.gemm_outputs, 16},
@@ -192,10 +192,10 @@ CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::T
     // ms packed / in place: 7.8, 7.5 / 16.0, 17.7.
     if (spec.dtype != DType::f32)
         params.packed_weights = 1;
-    // V read in place costs 16-lane vectors less than its copy (CpuScheduleParams::copy_values).
-    if (spec.dtype == DType::f32 && target.natural_vector_size<float>() >= 16 &&
-        spec.resolved_head_dim() <= 64)
-        params.copy_values = 0;
+    // V read in place costs 16-lane vectors less than its copy, except in long rows of
+    // head_dim > 64 (CpuScheduleParams::copy_values).
+    if (spec.dtype == DType::f32 && target.natural_vector_size<float>() >= 16)
+        params.copy_values = spec.resolved_head_dim() <= 64 ? 0 : 1;
     return params;
 }
 

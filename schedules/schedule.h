@@ -43,17 +43,23 @@ struct CpuScheduleParams {
      */
     int rows_up_to = 0;
     /**
-     * 1: prefill without projections copies V into an aligned f32 buffer once per call; 0: P·V
-     * reads the caller's V in place. (K is always copied: its rows then sit at one constant
-     * stride.) A caller's rows are rarely 64-byte aligned (a large std::vector's start 16 bytes
-     * past a page), so in place P·V's vectors straddle cache lines. AOT on an AMD EPYC (Zen 4),
-     * 2 threads, H=8, V 16 bytes past 64, median of 8 alternations, ms in place / copied, no
-     * mask and causal, at L = 1024, 2048, 4096: AVX-512 D=64 0.99 1.00 1.00 and 0.98 1.00 0.99;
-     * D=128 0.99 1.02 1.01 and 0.98 1.01 1.01; AVX2 code, D=64: 1.09 1.13 1.06 and 1.04 1.11
-     * 1.20. Default 0 for f32 storage with head_dim <= 64 on 16-lane targets, else 1 (the copy
-     * also converts f16 and bf16 once).
+     * Prefill without projections: where V is copied into an aligned f32 buffer once per call
+     * rather than read in place by P·V. 0: nowhere; 1: in the chunked (flash) form only, so
+     * calls with Lk <= rows_up_to read it in place; 2: in both forms. (K is always copied: its
+     * rows then sit at one constant stride.) A caller's rows are rarely 64-byte aligned (a
+     * large std::vector's start 16 bytes past a page), so in place P·V's vectors straddle
+     * cache lines; the copy is a pass over V in memory, dearer the shorter the rows and the
+     * busier the machine's memory. AOT on an AMD EPYC (Zen 4), 2 threads, H=8, V 16 bytes past
+     * 64, medians of 8 alternations, ms in place / copied, no mask and causal, at L = 1024,
+     * 2048, 4096: AVX-512 D=64 0.99 1.00 1.00 and 0.98 1.00 0.99; D=128 0.99 1.02 1.01 and
+     * 0.98 1.01 1.01; AVX2 code, D=64: 1.09 1.13 1.06 and 1.04 1.11 1.20. D=128 with tuned
+     * blocks (whole rows up to 1024), ms of 1 / 2 at L = 512, 1024, 2048, 8 alternations:
+     * causal 0.97 0.98 1.01, no mask 0.99 1.00 1.00; while the machine's memory was busy, V's
+     * copy took 5% of a causal L = 1024 call (Halide's profiler: 0.66 of 12.5 ms). Default 0
+     * for f32 storage with head_dim <= 64 on 16-lane targets, 1 for other f32 storage there,
+     * else 2 (the copy also converts f16 and bf16 once).
      */
-    int copy_values = 1;
+    int copy_values = 2;
     /**
      * The prefill Q/K/V and output projections as packed GEMMs (packed_weights): rows per register
      * tile, whose accumulators are gemm_rows x one or two vectors of outputs, and rows per parallel

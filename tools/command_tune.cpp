@@ -98,7 +98,7 @@ double parse_duration(const std::string &text) {
  * The CPU schedule's parameters around `defaults` (cpu_schedule_params for the shapes' class,
  * what compile resolves): the register blocks, flash chunk of the query-tile form (key_chunk 0:
  * whole rows) and the length up to which it walks whole rows instead (rows_up_to), without
- * projections whether V is copied (copy_values) and, with projections, the tiles of their GEMMs;
+ * projections where V is copied (copy_values) and, with projections, the tiles of their GEMMs;
  * or, when every shape is a decode shape, the KV chunk of the split-KV form (which uses nothing
  * else).
  */
@@ -112,7 +112,7 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
                       {"key_chunk", {0, 64, 128, 256, 512, 1024}, defaults.key_chunk},
                       {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
     if (!projections)
-        space.axes.push_back({"copy_values", {0, 1}, defaults.copy_values});
+        space.axes.push_back({"copy_values", {0, 1, 2}, defaults.copy_values});
     if (projections) {
         space.axes.push_back({"packed_weights", {0, 1}, defaults.packed_weights});
         space.axes.push_back({"gemm_row_vectors", {1, 2, 3, 4}, defaults.gemm_row_vectors});
