@@ -388,10 +388,10 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         rows->k_heads = s.k_heads;
         rows->v_heads = s.v_heads;
         if (!proj.any()) {
-            // V of its own, read from the same input, so that a schedule can copy V for one
-            // form and not the other: a root copy is made only by the calls that run its form.
+            // V of its own, the same definition, so that a schedule can copy V for one form
+            // and not the other: a root copy is made only by the calls that run its form.
             rows->v_heads = Func("v_heads_rows");
-            rows->v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
+            rows->v_heads(s.v_heads.args()) = s.v_heads.value();
         }
         rows->r_head_dim = s.r_head_dim;
         s.use_rows = in.key_len <= options.rows_up_to;

@@ -111,8 +111,6 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
                       {"d_vectors", {1, 2, 4}, defaults.d_vectors},
                       {"key_chunk", {0, 64, 128, 256, 512, 1024}, defaults.key_chunk},
                       {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
-    if (!projections)
-        space.axes.push_back({"copy_values", {0, 1, 2}, defaults.copy_values});
     if (projections) {
         space.axes.push_back({"packed_weights", {0, 1}, defaults.packed_weights});
         space.axes.push_back({"gemm_row_vectors", {1, 2, 3, 4}, defaults.gemm_row_vectors});
@@ -122,6 +120,8 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
         space.axes.push_back(
             {"gemm_task_rows", {24, 36, 48, 72, 96, 144}, defaults.gemm_task_rows});
         space.axes.push_back({"fused_qkv", {0, 1}, defaults.fused_qkv});
+    } else {
+        space.axes.push_back({"copy_values", {0, 1, 2}, defaults.copy_values});
     }
     return space;
 }
