@@ -148,7 +148,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
     // causal tile stop at their own diagonal. The elementwise mask above still decides every key
     // inside the range.
-    const bool bounded = spec.mask.causal || spec.mask.window > 0 || spec.mask.key_padding;
+    const bool bounded = spec.mask.bounds_keys();
     // [begin, end) of the keys visible to some query of q's aligned block of `block` queries.
     auto key_range = [&](int block) -> std::pair<Expr, Expr> {
         Expr begin = 0, end = in.key_len;
@@ -249,15 +249,39 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
                                      t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
 
         // Chunks wholly outside the visible range are not visited.
-        t.r_chunks = RDom(0, (in.key_len + (chunk - 1)) / chunk, "r_chunks");
+        Expr chunks = (in.key_len + (chunk - 1)) / chunk;
+        t.r_chunks = RDom(0, chunks, "r_chunks");
         Expr c_first = t.r_chunks.x * chunk;
         t.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
         // The combine reads the chunk results only through `partials`, so a schedule may
         // compute a chunk's statistics inside its loop over chunks.
-        t.partials(d, j, q, h, b) = Halide::Tuple(t.part_out(d, j, q, h, b), t.part_max(j, q, h, b),
-                                                  t.part_sum(j, q, h, b));
-        auto chunk_max = [&](const Expr &chunk) { return t.partials(0, chunk, q, h, b)[1]; };
-        auto chunk_sum = [&](const Expr &chunk) { return t.partials(0, chunk, q, h, b)[2]; };
+        const int tile = bounded ? 0 : options.alternate_chunks;
+        t.alternate_tile = tile;
+        if (tile > 0) {
+            // partials (d, step, row in tile, tile, h, b): the tile is a pure dimension, so
+            // that inside it each step is one known chunk. Halide 14 bounds a select by both
+            // of its branches whatever its condition, and t % 2 and t & 1 by [0, 1] even for
+            // one t, so the parity is t - (t / 2) * 2. Over all tiles and steps it bounds the
+            // chunk apart from the parity (down to 1 - chunks), hence the clamp. Without a
+            // structured mask every chunk is a step of every tile, and the combine reads them
+            // in step order.
+            Var row = t.q, q_tile = t.q_tile;
+            Expr odd = q_tile - (q_tile / 2) * 2;
+            Expr step_chunk = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
+            Expr query = q_tile * tile + row;
+            t.partials(d, j, row, q_tile, h, b) = Halide::Tuple(
+                t.part_out(d, step_chunk, query, h, b), t.part_max(step_chunk, query, h, b),
+                t.part_sum(step_chunk, query, h, b));
+        } else {
+            t.partials(d, j, q, h, b) = Halide::Tuple(
+                t.part_out(d, j, q, h, b), t.part_max(j, q, h, b), t.part_sum(j, q, h, b));
+        }
+        auto partial = [&](const Expr &at, const Expr &step) {
+            return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
+                            : t.partials(at, step, q, h, b);
+        };
+        auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
+        auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
         t.row_max(q, h, b) = lowest;
         t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
         // A chunk with every key masked has part_max = lowest and contributes nothing.
@@ -266,8 +290,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.row_sum(q, h, b) = 0.0f;
         t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
         t.weighted_sum(d, q, h, b) = 0.0f;
-        t.weighted_sum(d, q, h, b) +=
-            t.part_scale(t.r_chunks, q, h, b) * t.partials(d, t.r_chunks, q, h, b)[0];
+        t.weighted_sum(d, q, h, b) += t.part_scale(t.r_chunks, q, h, b) * partial(d, t.r_chunks)[0];
     }
     Expr inv_sum = Halide::select(t.row_sum(q, h, b) > 0.0f, 1.0f / t.row_sum(q, h, b), 0.0f);
     return t.weighted_sum(d, q, h, b) * inv_sum;

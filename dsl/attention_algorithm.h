@@ -86,10 +86,15 @@ struct AttentionStages {
     /**
      * (d, j, q, h, b): Tuple(part_out, part_max, part_sum), the chunk's results as the combine
      * reads them. The statistics are repeated along d; the combine reads them at d = 0.
+     * With alternate_tile > 0: (d, j, q, q_tile, h, b), step j of row q of tile q_tile (query
+     * q_tile * alternate_tile + q), whose chunk is j in even tiles and the j-th from the last in
+     * odd ones (AlgorithmOptions::alternate_chunks).
      */
     Halide::Func partials{"partials"};
-    /** The chunk index of the split-KV partials. */
-    Halide::Var j{"j"};
+    /** The chunk (or step) index of the split-KV partials, and their tile index. */
+    Halide::Var j{"j"}, q_tile{"q_tile"};
+    /** Queries per tile of partials' q_tile dimension; 0 when partials has none. */
+    int alternate_tile = 0;
 
     /**
      * Reduction domains: over head_dim, keys, model_dim (projections), and H*D (out). In the
@@ -157,6 +162,15 @@ struct AlgorithmOptions {
      * loop over the chunk's keys (as is any value that does not divide kv_chunk).
      */
     int kv_value_block = 0;
+    /**
+     * With kv_chunk > 0 and no causal, window or padding mask (ignored with one): tiles of
+     * this many queries, aligned at query 0, walk the chunks first to last in even tiles and
+     * last to first in odd ones (AttentionStages::partials). A tile then starts on the chunks
+     * the tile before it read last, which are still in cache: walked first to last every time,
+     * a head's K and V cycle through the cache, and once they are larger than it every chunk
+     * misses. 0: first to last in every tile.
+     */
+    int alternate_chunks = 0;
     /**
      * With kv_chunk > 0: calls with Lk <= rows_up_to reduce each row whole instead
      * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.

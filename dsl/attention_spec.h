@@ -28,6 +28,8 @@ struct MaskSpec {
     int window = 0;           ///< 0 = off; else |k - (q + Lk - Lq)| < window
     bool additive = false;    ///< a (B, H, Lq, Lk) float bias tensor is added to the scores
     bool any() const { return causal || key_padding || window > 0 || additive; }
+    /** Whether the mask hides ranges of keys (causal, window, padding), not single scores. */
+    bool bounds_keys() const { return causal || key_padding || window > 0; }
 };
 
 /** One attention layer. Zero means "derive" for kv_heads and head_dim. */

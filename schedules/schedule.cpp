@@ -76,6 +76,7 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
                                               {"gemm_task_rows", &params.gemm_task_rows, 4096},
                                               {"fused_qkv", &params.fused_qkv, 1, 0},
                                               {"copy_values", &params.copy_values, 2, 0},
+                                              {"alternate_chunks", &params.alternate_chunks, 1, 0},
                                               {"packed_weights", &params.packed_weights, 1, 0},
                                               {"gemm_row_vectors", &params.gemm_row_vectors, 16},
                                               {"gemm_outputs", &params.gemm_outputs, 16},
@@ -298,6 +299,9 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.kv_chunk =
             resolved.cpu.kv_chunk > 0 ? resolved.cpu.kv_chunk : resolved.cpu.key_chunk;
         options.rows_up_to = resolved.cpu.rows_up_to;
+        // The flash form's query tiles (prefill only; decode has one tile).
+        if (resolved.cpu.kv_chunk <= 0 && resolved.cpu.alternate_chunks != 0)
+            options.alternate_chunks = options.query_block;
         options.reverse_queries = cpu_reverse_queries(spec, target, resolved.cpu);
         options.kv_value_block = cpu_kv_value_block(target, resolved.cpu, spec.resolved_head_dim());
         // Measured with `attngen run` (AVX-512, 2 threads, heads 8, D 64, L 2048, tuned

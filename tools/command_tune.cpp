@@ -99,10 +99,12 @@ double parse_duration(const std::string &text) {
  * what compile resolves): the register blocks, flash chunk of the query-tile form (key_chunk 0:
  * whole rows) and the length up to which it walks whole rows instead (rows_up_to), without
  * projections where V is copied (copy_values) and, with projections, the tiles of their GEMMs;
- * or, when every shape is a decode shape, the KV chunk of the split-KV form (which uses nothing
+ * without a causal, window or padding mask, the flash chunks' order (alternate_chunks); or,
+ * when every shape is a decode shape, the KV chunk of the split-KV form (which uses nothing
  * else).
  */
-ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections) {
+ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections,
+                     bool chunk_order) {
     if (decode)
         return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, defaults.kv_chunk}}};
     ParamSpace space{{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
@@ -123,6 +125,8 @@ ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projec
     } else {
         space.axes.push_back({"copy_values", {0, 1, 2}, defaults.copy_values});
     }
+    if (chunk_order)
+        space.axes.push_back({"alternate_chunks", {0, 1}, defaults.alternate_chunks});
     return space;
 }
 
@@ -511,7 +515,7 @@ int command_tune(int argc, char **argv) {
                 {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
     } else {
         space = cpu_space(cpu_schedule_params(spec, target, decode ? "decode" : "prefill"), decode,
-                          spec.projections.any());
+                          spec.projections.any(), !spec.mask.bounds_keys());
     }
     if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
         return usage_error(problem);
