@@ -57,9 +57,8 @@ constexpr int64_t batch = 1;
 constexpr int64_t lengths[] = {128, 512, 1024, 2048, 4096, 8192};
 constexpr int64_t longest = lengths[std::size(lengths) - 1];
 constexpr double relative_tolerance = 1e-4, absolute_tolerance = 1e-5;
-constexpr double slow_run_ms = 1000; // once a run takes longer, three timed runs are enough
-constexpr int slow_runs = 3;
-constexpr int max_runs = 100; // what --min-ms may extend a measurement to
+constexpr double slow_run_ms = 1000; // once a run takes longer, --runs rounds and no more
+constexpr int max_runs = 100;        // what --min-ms may extend a measurement to
 
 /**
  * How many timed runs (rounds) a measurement takes: at least `runs`, and more, up to max_runs,
@@ -108,14 +107,14 @@ void print_usage() {
                "               time attngen's reference schedule up to L only (default {}; it\n"
                "               runs one thread, unvectorized, in time growing as L^2, and\n"
                "               stores three L x L arrays of scores: 6 GiB at L=8192)\n"
-               "  --runs N     timed runs per measurement after a warm-up (default 5; at most\n"
-               "               {} once a run takes over {:.0f} s)\n"
+               "  --runs N     timed runs per measurement after a warm-up (default 5; exactly\n"
+               "               N once a run takes over {:.0f} s)\n"
                "  --min-ms N   and more runs, up to {}, until they have taken N ms in all\n"
                "               (default {:.0f}; 0 = exactly --runs)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
-               longest, Options().reference_max_len, slow_runs, slow_run_ms / 1000, max_runs,
+               longest, Options().reference_max_len, slow_run_ms / 1000, max_runs,
                Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len);
 }
 
@@ -424,26 +423,24 @@ template <typename Call> double elapsed_ms(const Call &call) {
 std::string rounds_text(const Rounds &rounds) {
     std::string text = fmt::format("median of {} run{}", rounds.runs, rounds.runs == 1 ? "" : "s");
     if (rounds.min_ms > 0)
-        text += fmt::format(" or more (up to {}, until they have taken {:.0f} ms)", max_runs,
-                            rounds.min_ms);
+        text += fmt::format(" or more (up to {}, until they have taken {:.0f} ms; {} once a run "
+                            "takes over {:.0f} s)",
+                            max_runs, rounds.min_ms, rounds.runs, slow_run_ms / 1000);
     return text;
 }
 
 /**
- * Runs `round` (which returns the ms of its slowest timed call) as `rounds` says, or slow_runs
- * times once a call is slower than slow_run_ms.
+ * Runs `round` (which returns the ms of its slowest timed call) as `rounds` says, but not past
+ * rounds.runs once a call is slower than slow_run_ms: min_ms is for rows over in tens of ms.
  */
 template <typename Round> void run_rounds(const Rounds &rounds, const Round &round) {
     double spent_ms = 0;
     bool slow = false;
-    for (int done = 0, planned = rounds.runs;
-         done < planned || (!slow && spent_ms < rounds.min_ms && done < max_runs); done++) {
+    for (int done = 0; done < rounds.runs || (!slow && spent_ms < rounds.min_ms && done < max_runs);
+         done++) {
         double slowest = 0;
         spent_ms += elapsed_ms([&] { slowest = round(); });
-        if (slowest > slow_run_ms) {
-            planned = std::min(rounds.runs, slow_runs);
-            slow = true;
-        }
+        slow = slow || slowest > slow_run_ms;
     }
 }
 
@@ -942,8 +939,6 @@ int main(int argc, char **argv) {
                options.threads, peak.gflops, peak.kind, bandwidth);
     fmt::print("f32, B={}, H={}, Lq = Lk = L; {} after a warm-up", batch,
                layers[0].first->info.heads, rounds_text(options.rounds));
-    if (options.rounds.runs > slow_runs)
-        fmt::print(" ({} once a run takes over {:.0f} s)", slow_runs, slow_run_ms / 1000);
     fmt::print(
         "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
         "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
