@@ -257,25 +257,26 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         // compute a chunk's statistics inside its loop over chunks.
         const int tile = bounded ? 0 : options.alternate_chunks;
         t.alternate_tile = tile;
+        // partials (d, j, q, h, b) holds chunk j of query q; with alternating tiles,
+        // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
+        std::vector<Var> args = {d, j, q, h, b};
+        Expr chunk_of_step = j, query = q;
         if (tile > 0) {
-            // partials (d, step, row in tile, tile, h, b): the tile is a pure dimension, so
-            // that inside it each step is one known chunk. Halide 14 bounds a select by both
-            // of its branches whatever its condition, and t % 2 and t & 1 by [0, 1] even for
-            // one t, so the parity is t - (t / 2) * 2. Over all tiles and steps it bounds the
-            // chunk apart from the parity (down to 1 - chunks), hence the clamp. Without a
-            // structured mask every chunk is a step of every tile, and the combine reads them
-            // in step order.
-            Var row = t.q, q_tile = t.q_tile;
+            // The tile is a pure dimension, so that inside it each step is one known chunk.
+            // Halide 14 bounds a select by both of its branches whatever its condition, and
+            // t % 2 and t & 1 by [0, 1] even for one t, so the parity is t - (t / 2) * 2. Over
+            // all tiles and steps it bounds the chunk apart from the parity (down to
+            // 1 - chunks), hence the clamp. Without a structured mask every chunk is a step of
+            // every tile, and the combine reads them in step order.
+            Var q_tile = t.q_tile;
+            args = {d, j, q, q_tile, h, b};
             Expr odd = q_tile - (q_tile / 2) * 2;
-            Expr step_chunk = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
-            Expr query = q_tile * tile + row;
-            t.partials(d, j, row, q_tile, h, b) = Halide::Tuple(
-                t.part_out(d, step_chunk, query, h, b), t.part_max(step_chunk, query, h, b),
-                t.part_sum(step_chunk, query, h, b));
-        } else {
-            t.partials(d, j, q, h, b) = Halide::Tuple(
-                t.part_out(d, j, q, h, b), t.part_max(j, q, h, b), t.part_sum(j, q, h, b));
+            chunk_of_step = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
+            query = q_tile * tile + q;
         }
+        t.partials(args) = Halide::Tuple(t.part_out(d, chunk_of_step, query, h, b),
+                                         t.part_max(chunk_of_step, query, h, b),
+                                         t.part_sum(chunk_of_step, query, h, b));
         auto partial = [&](const Expr &at, const Expr &step) {
             return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
                             : t.partials(at, step, q, h, b);

@@ -729,12 +729,13 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         if (flash) {
             Var j = t.j;
             t.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
+            std::vector<Halide::VarOrRVar> outer = {h, j, b};
             if (t.alternate_tile > 0) {
                 // Tiles start at query 0 (the output's rows are 0 to Lq - 1): one per task.
                 t.partials.bound_extent(t.q_tile, 1);
-                output_blocks(t.partials, q, {h, j, t.q_tile, b});
-            } else
-                output_blocks(t.partials, q, {h, j, b});
+                outer.insert(outer.end() - 1, t.q_tile);
+            }
+            output_blocks(t.partials, q, outer);
             rows_at = Halide::LoopLevel(t.partials, h);
             max_stage = t.part_max;
             sum_stage = t.part_sum;
