@@ -5,6 +5,7 @@
 #include "expression_lowering.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,7 @@ namespace attngen {
 using Halide::Expr;
 using Halide::Func;
 using Halide::RDom;
+using Halide::RVar;
 using Halide::Var;
 
 Halide::Type storage_type(DType dtype) {
@@ -87,6 +89,146 @@ Expr predicates_visible(const AttentionSpec &spec, const AttentionInputs &in, co
     return visible;
 }
 
+// Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
+// pipeline: a masked score is the lowest finite float instead, and anything below
+// `masked_cutoff` (half of it) counts as masked.
+constexpr float lowest = std::numeric_limits<float>::lowest();
+constexpr float masked_cutoff = lowest / 2;
+
+/** The keys [begin, end) visible to some query of a query's aligned block. */
+using KeyRange = std::pair<Expr, Expr>;
+/** probs' value at (key, q, h, b) given the maximum it is taken relative to. */
+using Probability = std::function<Expr(const Expr &key, const Expr &max)>;
+/** The softmax's exponential, in the units of the scores (score_units). */
+using Exponential = std::function<Expr(const Expr &)>;
+
+/**
+ * The exact combine of chunk results that `t.partials` (d, j, q, h, b) holds as Tuple(out, max,
+ * sum), each relative to its own max: row_max, part_scale, row_sum and weighted_sum over the
+ * chunks of kv_chunk keys that hold visible keys.
+ */
+void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRange &range,
+                    const Exponential &exponential) {
+    Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
+    const int chunk = t.kv_chunk;
+    const int tile = t.alternate_tile;
+    // Chunks wholly outside the visible range are not visited.
+    Expr chunks = (in.key_len + (chunk - 1)) / chunk;
+    t.r_chunks = RDom(0, chunks, "r_chunks");
+    Expr c_first = t.r_chunks.x * chunk;
+    t.r_chunks.where(c_first < range.second && c_first + chunk > range.first);
+    auto partial = [&](const Expr &at, const Expr &step) {
+        return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
+                        : t.partials(at, step, q, h, b);
+    };
+    auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
+    auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
+    t.row_max(q, h, b) = lowest;
+    t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
+    // A chunk with every key masked has part_max = lowest and contributes nothing.
+    t.part_scale(j, q, h, b) = Halide::select(chunk_max(j) > masked_cutoff,
+                                              exponential(chunk_max(j) - t.row_max(q, h, b)), 0.0f);
+    t.row_sum(q, h, b) = 0.0f;
+    t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
+    t.weighted_sum(d, q, h, b) = 0.0f;
+    t.weighted_sum(d, q, h, b) += t.part_scale(t.r_chunks, q, h, b) * partial(d, t.r_chunks)[0];
+}
+
+/**
+ * The online (one-pass) form: the keys in steps of online_chunk, each step's max (part_max) and
+ * probabilities relative to it (probs) computed once, and folded into `running` (see
+ * AttentionStages::running). `tile_range` is the keys a whole tile of query_block rows sees,
+ * which bounds the steps. Returns the normalized attention where the fold walks every key
+ * (split 0); with the split-KV form (split = kv_chunk keys, a multiple of online_chunk) the fold
+ * walks the steps of one chunk, `partials` holds its results for the caller to combine, and the
+ * result is undefined.
+ */
+Expr define_online(AttentionStages &t, const AttentionInputs &in, const AlgorithmOptions &options,
+                   int split, const KeyRange &tile_range, const Probability &probability,
+                   const Exponential &exponential) {
+    const int step = options.online_chunk;
+    const int width = options.online_width;
+    const int tile = std::max(options.query_block, 1);
+    Var d = t.d, j = t.j, q = t.q, k = t.k, h = t.h, b = t.b, dg = t.d_group, q_tile = t.q_tile;
+    Expr kv_head = h / t.spec.group_size();
+    t.online_width = width;
+    t.kv_chunk = split;
+
+    // Each step's max and the probabilities relative to it, over all of its keys: `masked`
+    // masks those past Lk (and every key a mask hides).
+    t.r_keys = RDom(0, step, "r_keys");
+    t.part_max(j, q, h, b) = lowest;
+    t.part_max(j, q, h, b) =
+        Halide::max(t.part_max(j, q, h, b), t.masked(j * step + t.r_keys.x, q, h, b));
+    t.probs(k, q, h, b) = probability(k, t.part_max(k / step, q, h, b));
+
+    // The fold, for row q of tile q_tile, over r_online (key in step, a unit, step). Steps
+    // without a key visible to the tile are not visited. The test depends on the step alone, so
+    // Halide puts it right inside the loop over steps; a schedule that computes each step's
+    // stages at the unit's loop computes them inside the test too, and a step the tile does not
+    // see costs the test alone.
+    const bool has_split = split > 0;
+    Expr steps = has_split ? Expr(split / step) : (in.key_len + (step - 1)) / step;
+    t.r_online = RDom({{0, step}, {0, 1}, {0, steps}}, "r_online");
+    RVar key_in_step = t.r_online.x;
+    Expr step_index = has_split ? j * (split / step) + t.r_online.z : Expr(t.r_online.z);
+    Expr first_key = step_index * step;
+    t.r_online.where(first_key < tile_range.second && first_key + step > tile_range.first);
+    Expr key = first_key + key_in_step;
+    Expr query = q_tile * tile + q;
+
+    std::vector<Expr> args = {dg, q, q_tile, h, b};
+    if (has_split)
+        args.insert(args.begin() + 1, j);
+    // The state: width output elements, then m (the running max), l (the running sum) and
+    // the step's weight exp(part_max - m), all relative to m.
+    const int max_at = width, sum_at = width + 1, weight_at = width + 2;
+    std::vector<Expr> initial(width, Expr(0.0f));
+    initial.push_back(lowest);
+    initial.push_back(0.0f);
+    initial.push_back(0.0f);
+    t.running(args) = Halide::Tuple(initial);
+
+    // On a step's first key the state moves to the new max, max(m, part_max): o and l are
+    // rescaled by exp(m - m_new), and the step's probabilities (relative to part_max) weigh
+    // exp(part_max - m_new) from then on. Both exponentials depend on the row alone. Every key
+    // then adds its weighted probability times its value. A schedule that unrolls the keys of
+    // a step leaves the move in the first key's code alone; the other keys are marked likely.
+    Halide::FuncRef state = t.running(args);
+    Expr later = Halide::likely(key_in_step != 0);
+    Expr step_max = t.part_max(step_index, query, h, b);
+    Expr m = state[max_at];
+    Expr m_new = Halide::max(m, step_max);
+    Expr rescale = exponential(m - m_new);
+    Expr weight = Halide::select(later, state[weight_at], exponential(step_max - m_new));
+    Expr p = t.probs(key, query, h, b) * weight;
+    std::vector<Expr> updated;
+    for (int i = 0; i < width; i++) {
+        Expr o = Halide::select(later, state[i], state[i] * rescale);
+        updated.push_back(o + p * t.v_heads(dg * width + i, key, kv_head, b));
+    }
+    updated.push_back(Halide::select(later, m, m_new));
+    updated.push_back(Halide::select(later, state[sum_at], state[sum_at] * rescale) + p);
+    updated.push_back(weight);
+    t.running(args) = Halide::Tuple(updated);
+
+    // Head_dim element d of query q is element d % width of the state at (d / width, q).
+    std::vector<Expr> at = {d / width, q % tile, q / tile, h, b};
+    if (has_split)
+        at.insert(at.begin() + 1, j);
+    Halide::FuncRef result = t.running(at);
+    std::vector<Expr> elements;
+    for (int i = 0; i < width; i++)
+        elements.push_back(result[i]);
+    Expr out = width == 1 ? elements[0] : Halide::mux(d % width, elements);
+    Expr max = result[max_at], sum = result[sum_at];
+    if (has_split) {
+        t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
+        return Expr();
+    }
+    return out * Halide::select(sum > 0.0f, 1.0f / sum, 0.0f);
+}
+
 /**
  * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
  * are defined, walking the keys in chunks of `chunk_keys` (0: whole rows), and returns the
@@ -105,12 +247,8 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     t.scores(k, q, h, b) +=
         t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
 
-    // Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
-    // pipeline: a masked score is the lowest finite float instead, and anything below
-    // `masked_cutoff` (half of it) counts as masked. A user's -inf in attn_bias is clamped to
-    // the lowest float on load, so it masks exactly as -inf would.
-    const float lowest = std::numeric_limits<float>::lowest();
-    const float masked_cutoff = lowest / 2;
+    // A user's -inf in attn_bias is clamped to the lowest float on load, so it masks exactly as
+    // -inf would (see `lowest`).
     Expr score = t.scores(k, q, h, b);
     Expr visible = predicates_visible(spec, in, k, position, h, b);
     const double units = score_units(spec, options);
@@ -138,6 +276,10 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // which Halide's solver handles; the predicates and the bias keep their test everywhere.
     Expr offset = Halide::select(visible, 0.0f, lowest);
     Expr structured = structured_visible(spec, in, k, position, b);
+    // The online form's steps cover whole steps of keys, the last past Lk: those keys are
+    // masked here, so that a step's max and probabilities need no bounds of their own.
+    if (options.online_chunk > 0)
+        structured = structured && k < in.key_len;
     if (!Halide::Internal::is_const_one(structured))
         offset = Halide::select(structured, Halide::likely(offset), lowest);
     t.masked(k, q, h, b) = Halide::max(score + offset, lowest);
@@ -149,8 +291,9 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // causal tile stop at their own diagonal. The elementwise mask above still decides every key
     // inside the range.
     const bool bounded = spec.mask.bounds_keys();
-    // [begin, end) of the keys visible to some query of q's aligned block of `block` queries.
-    auto key_range = [&](int block) -> std::pair<Expr, Expr> {
+    // [begin, end) of the keys visible to some query of the aligned block of `block` queries
+    // that holds row `row`.
+    auto key_range = [&](int block, const Expr &row) -> KeyRange {
         Expr begin = 0, end = in.key_len;
         if (!bounded)
             return {begin, end};
@@ -158,7 +301,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
         // The block's first and last row, and its first and last query position (reversed
         // rows count down, so the last row holds the first query).
-        Expr first_row = block == 1 ? Expr(q) : (q / block) * block;
+        Expr first_row = block == 1 ? row : (row / block) * block;
         Expr last_row = first_row + (block - 1);
         Expr first_q = query_position(first_row, in, options);
         Expr last_q = query_position(last_row, in, options);
@@ -174,7 +317,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             end = Halide::min(end, in.key_lengths(b));
         return {begin, end};
     };
-    const auto [key_begin, key_end] = key_range(options.query_block);
+    const auto [key_begin, key_end] = key_range(options.query_block, q);
     const bool own_values =
         bounded && options.value_block > 0 && options.value_block < options.query_block;
     // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
@@ -183,7 +326,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         if (!own_values)
             return t.r_keys;
         RDom r(0, extent, "r_values");
-        const auto [begin, end] = key_range(options.value_block);
+        const auto [begin, end] = key_range(options.value_block, q);
         r.where(first + r.x >= begin && first + r.x < end);
         return r;
     };
@@ -199,7 +342,16 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         return Halide::select(t.masked(key, q, h, b) > masked_cutoff,
                               exponential(t.masked(key, q, h, b) - max), 0.0f);
     };
-    if (chunk_keys <= 0) {
+    if (options.online_chunk > 0) {
+        // The fold's steps are bounded by the key range of a whole tile of query_block rows,
+        // so that a loop over them inside the tile skips the steps the mask hides from it.
+        const int tile = std::max(options.query_block, 1);
+        Expr attention = define_online(t, in, options, chunk_keys, key_range(tile, t.q_tile * tile),
+                                       probability, exponential);
+        if (chunk_keys <= 0)
+            return attention;
+        define_combine(t, in, {key_begin, key_end}, exponential);
+    } else if (chunk_keys <= 0) {
         t.r_keys = RDom(0, in.key_len, "r_keys");
         if (bounded)
             t.r_keys.where(t.r_keys.x >= key_begin && t.r_keys.x < key_end);
@@ -233,7 +385,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             Expr block_first = j * chunk + t.r_values.y * block;
             value_key = block_first + t.r_values.x;
             const auto [begin, end] =
-                key_range(own_values ? options.value_block : options.query_block);
+                key_range(own_values ? options.value_block : options.query_block, q);
             // A condition on the block alone, so that the sum over blocks (after an rfactor
             // of the keys within one) visits only blocks with visible keys.
             t.r_values.where(block_first < end && block_first + block > begin &&
@@ -248,11 +400,6 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.part_out(d, j, q, h, b) += t.probs(value_key, q, h, b) *
                                      t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
 
-        // Chunks wholly outside the visible range are not visited.
-        Expr chunks = (in.key_len + (chunk - 1)) / chunk;
-        t.r_chunks = RDom(0, chunks, "r_chunks");
-        Expr c_first = t.r_chunks.x * chunk;
-        t.r_chunks.where(c_first < key_end && c_first + chunk > key_begin);
         // The combine reads the chunk results only through `partials`, so a schedule may
         // compute a chunk's statistics inside its loop over chunks.
         const int tile = bounded ? 0 : options.alternate_chunks;
@@ -261,6 +408,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
         std::vector<Var> args = {d, j, q, h, b};
         Expr chunk_of_step = j, query = q;
+        Expr chunks = (in.key_len + (chunk - 1)) / chunk;
         if (tile > 0) {
             // The tile is a pure dimension, so that inside it each step is one known chunk.
             // Halide 14 bounds a select by both of its branches whatever its condition, and
@@ -277,21 +425,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.partials(args) = Halide::Tuple(t.part_out(d, chunk_of_step, query, h, b),
                                          t.part_max(chunk_of_step, query, h, b),
                                          t.part_sum(chunk_of_step, query, h, b));
-        auto partial = [&](const Expr &at, const Expr &step) {
-            return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
-                            : t.partials(at, step, q, h, b);
-        };
-        auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
-        auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
-        t.row_max(q, h, b) = lowest;
-        t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
-        // A chunk with every key masked has part_max = lowest and contributes nothing.
-        t.part_scale(j, q, h, b) = Halide::select(
-            chunk_max(j) > masked_cutoff, exponential(chunk_max(j) - t.row_max(q, h, b)), 0.0f);
-        t.row_sum(q, h, b) = 0.0f;
-        t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
-        t.weighted_sum(d, q, h, b) = 0.0f;
-        t.weighted_sum(d, q, h, b) += t.part_scale(t.r_chunks, q, h, b) * partial(d, t.r_chunks)[0];
+        define_combine(t, in, {key_begin, key_end}, exponential);
     }
     Expr inv_sum = Halide::select(t.row_sum(q, h, b) > 0.0f, 1.0f / t.row_sum(q, h, b), 0.0f);
     return t.weighted_sum(d, q, h, b) * inv_sum;
@@ -398,12 +532,14 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     } else {
         s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
         s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
-        // Values are only read by the exact key reduction of P·V: no clamp needed.
-        s.v_heads(d, k, h, b) = f32(in.value(d, k, h, b));
+        // The whole-row and split-KV forms read values only at visible keys: no clamp needed.
+        // The online form's last step runs past Lk, with probability 0: clamped there.
+        s.v_heads(d, k, h, b) = f32(
+            in.value(d, options.online_chunk > 0 ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
     }
 
     Expr attention = define_softmax(s, in, options, options.kv_chunk);
-    if (options.kv_chunk > 0 && options.rows_up_to > 0) {
+    if (options.kv_chunk > 0 && options.rows_up_to > 0 && options.online_chunk <= 0) {
         // The flash form for long rows and the whole-row form for calls with Lk <= rows_up_to:
         // a schedule specializes on the condition, and each call runs one of them.
         auto rows = std::make_shared<AttentionStages>();

@@ -91,6 +91,32 @@ struct AttentionStages {
      * odd ones (AlgorithmOptions::alternate_chunks).
      */
     Halide::Func partials{"partials"};
+    /**
+     * The online (one-pass) form (AlgorithmOptions::online_chunk > 0): the keys are walked in
+     * steps of online_chunk, each step's max computed once (part_max, (j, q, h, b) for step j)
+     * and its probabilities relative to it (probs), and every step is folded into `running`,
+     * (d_group, q, q_tile, h, b) for query q_tile * query_block + q, or (d_group, j, q, q_tile,
+     * h, b) for chunk j of the split-KV form: a Tuple of online_width output elements (head_dim
+     * elements d_group * online_width + i), the running max m, the running sum l, and the
+     * step's weight exp(part_max - m), the output elements and l relative to m. Its update, over
+     * r_online (key in step, a unit dimension, step), moves the state to max(m, part_max) on a
+     * step's first key, rescaling by exp(m - m_new), and adds each key's weighted probability times
+     * its value. So K and V are read once, and the row's statistics sit beside its output elements,
+     * not repeated along head_dim: a schedule computes each step's exponentials once per row. The
+     * state's query tile is a pure dimension, so that its loop over steps can be bounded by the
+     * keys the tile sees.
+     */
+    Halide::Func running{"running"};
+    Halide::Var d_group{"d_group"};
+    /** Head_dim elements per state of the online form; 0 when the form is not used. */
+    int online_width = 0;
+    /**
+     * The online fold's reduction domain: (key in step, a unit dimension, step). Its test of
+     * the steps a tile sees depends on the step alone; a schedule that computes each step's
+     * stages at the unit's loop computes them inside that test, skipping the steps a causal
+     * or window mask hides from the tile.
+     */
+    Halide::RDom r_online;
     /** The chunk (or step) index of the split-KV partials, and their tile index. */
     Halide::Var j{"j"}, q_tile{"q_tile"};
     /** Queries per tile of partials' q_tile dimension; 0 when partials has none. */
@@ -171,6 +197,14 @@ struct AlgorithmOptions {
      * misses. 0: first to last in every tile.
      */
     int alternate_chunks = 0;
+    /**
+     * Keys per step of the online (one-pass) form (AttentionStages::running); 0: not used. With
+     * kv_chunk > 0 (a multiple of it), each chunk of the split-KV form is walked in such steps
+     * and its partials are the fold's results; otherwise the fold walks every key of a row.
+     */
+    int online_chunk = 0;
+    /** Head_dim elements per state of the online form (a divisor of head_dim). */
+    int online_width = 1;
     /**
      * With kv_chunk > 0: calls with Lk <= rows_up_to reduce each row whole instead
      * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.

@@ -198,6 +198,13 @@ void record_device(Device device) {
 
 void install_cuda_hooks() {
 #if ATTNGEN_RUNTIME_GPU
+    // Halide's CUDA runtime compiles a module's PTX with a cap of 64 registers per thread
+    // unless HL_CUDA_JIT_MAX_REGISTERS says otherwise, and reads it as each module loads. The
+    // GPU schedule's one-warp blocks keep the running state of the online form in registers
+    // (up to about 250, no spills, as ptxas reports them): at 64 the driver would spill it to
+    // local memory. So attngen lifts the cap to the hardware's 255 before any module loads;
+    // an app that sets the variable itself keeps its value.
+    setenv("HL_CUDA_JIT_MAX_REGISTERS", "255", 0);
     halide_set_cuda_acquire_context(acquire_cuda_context);
     halide_set_cuda_release_context(release_cuda_context);
     halide_set_cuda_get_stream(get_cuda_stream);

@@ -1,29 +1,36 @@
 // The GPU schedule (CUDA, and the same schedule on OpenCL, which CI runs on the CPU through PoCL).
 //
-// One thread block per (query tile, heads_per_block query heads of one kv head's group, batch):
-// each K/V chunk staged in shared memory serves every query of the tile and every head of the
-// block (one head by default; see gpu_schedule_params). Scores exist only per chunk: register
-// micro-tiles per thread, then a chunk in shared memory, never a whole row in global memory. The
-// softmax statistics and P·V are reductions over keys walked chunk by chunk (rfactor: each thread
-// reduces one chunk in registers and adds it once to the block's accumulator), in two passes over
-// K:
-//   1. row_max: scores computed per chunk, the max kept per query;
-//   2. row_sum and P·V fused (compute_with): scores recomputed, exp(score - max) staged once per
-//      chunk, summed and multiplied with the staged V chunk.
-// The output is written once, threads along head_dim so the stores are coalesced.
+// The online (one-pass) form of the algorithm (AttentionStages::running), one warp per block.
+// A block computes a tile of rows, query_tile queries of heads_per_block query heads of one kv
+// head's group, and walks the keys key_chunk at a time. Each step:
+//   1. stages the block's queries and the step's K in shared memory, transposed (features
+//      outermost), and the step's V as stored;
+//   2. each lane computes a register tile of the step's scores (score_keys x score_queries,
+//      vector loads of neighbouring keys and queries) and stores it masked in shared memory;
+//   3. one lane per row takes the step's max and the probabilities relative to it;
+//   4. each lane folds the step into its part of the running state, which stays in registers
+//      across the steps: d_per_lane head_dim elements of a few rows, and those rows' max, sum
+//      and step weight. The step's first key moves the state to the new max; the other keys
+//      are multiply-adds only.
+// K and V are read once. A step the tile's rows cannot see (causal, window) is skipped whole: its
+// stages run inside the test of the step. The mask itself is tested on every score of a step
+// computed (Halide 14 does not split the unrolled score tiles at the diagonal).
 //
 // Decode shapes (a few queries per head) leave that grid mostly empty, so their split-KV form
-// (kv_chunk > 0) gives each chunk of keys its own block: the same two passes compute the chunk's
-// max, sum and partial output, blocks run over (query tile, chunk, kv head x batch), and the
-// output's kernel combines the chunks exactly.
+// (kv_chunk > 0) gives each chunk of keys its own block, whose fold over the chunk's steps gives
+// the chunk's max, sum and partial output, and the output's kernel combines the chunks exactly.
+// There a block takes up to 4 query heads of a kv head's group, so that each staged key and
+// value serves all of them.
 #include "schedule.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace attngen {
 
 using Halide::Func;
+using Halide::MemoryType;
 using Halide::RVar;
 using Halide::Stage;
 using Halide::TailStrategy;
@@ -32,60 +39,72 @@ using Halide::VarOrRVar;
 
 namespace {
 
-/** The block's thread grid; every block-level stage is spread over it. */
-constexpr int threads_x = 16, threads_y = 16;
+/** Lanes of a warp: every block of the online form is one warp. */
+constexpr int warp_lanes = 32;
 
 /**
- * Spreads `stage` over the block's threads: x over `x_threads` threads (at most threads_x) with
- * `x_unroll` consecutive elements per thread, y over threads_y likewise. What is left of x and y
- * runs as serial loops around the threads. Returns the thread variables (x innermost).
+ * How the lanes of a block's warp share its tile: query_tile queries of heads_per_block heads.
+ * In the fold and the output, lane (d group g, query lane l) holds head_dim elements
+ * g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block; in the
+ * scores, a lane holds score_keys keys of score_queries queries of one head at a time.
  */
-std::pair<Var, Var> spread(Stage stage, const VarOrRVar &x, int x_unroll, const VarOrRVar &y,
-                           int y_unroll, const std::string &prefix, int x_threads = threads_x) {
-    Var xo{prefix + "_xo"}, xt{prefix + "_xt"}, xu{prefix + "_xu"};
-    Var yo{prefix + "_yo"}, yt{prefix + "_yt"}, yu{prefix + "_yu"};
-    stage.split(x, xo, xt, x_threads * x_unroll, TailStrategy::GuardWithIf)
-        .split(xt, xt, xu, x_unroll, TailStrategy::GuardWithIf)
-        .split(y, yo, yt, threads_y * y_unroll, TailStrategy::GuardWithIf)
-        .split(yt, yt, yu, y_unroll, TailStrategy::GuardWithIf)
-        .reorder(xu, yu, xt, yt, xo, yo)
-        .gpu_threads(xt, yt)
-        .unroll(xu)
-        .unroll(yu);
-    return {xt, yt};
-}
+struct LaneLayout {
+    int d_groups;      ///< head_dim / d_per_lane
+    int query_lanes;   ///< lanes along the queries in the fold: d_groups x query_lanes lanes
+    int score_keys;    ///< keys of a lane's score tile
+    int score_queries; ///< queries of a lane's score tile
+};
 
-/** Elements per thread so that `extent` covers `threads` threads (at least 1). */
-int per_thread(int extent, int threads) {
-    return std::max(1, (extent + threads - 1) / threads);
-}
-
-/**
- * A score micro-tile per thread: `scores` (k, q, h, b) computed inside the thread loop of
- * `chunk`, its head_dim reduction running over register accumulators.
- */
-void schedule_scores_in_thread(Func scores, Func chunk, const Var &thread, const Var &k,
-                               const Var &q, int key_unroll, int query_unroll) {
-    scores.compute_at(chunk, thread)
-        .bound_extent(k, key_unroll)
-        .bound_extent(q, query_unroll)
-        .unroll(k)
-        .unroll(q);
-    scores.update().reorder(k, q, scores.rvars(0)[0]).unroll(k).unroll(q);
+LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
+    LaneLayout layout;
+    layout.d_groups = head_dim / params.d_per_lane;
+    layout.query_lanes = std::max(1, std::min(params.query_tile, warp_lanes / layout.d_groups));
+    // Score tiles: the split of the warp between queries and keys whose tile does the most
+    // multiply-adds per load (a tile of k keys and q queries loads ceil(k / 4) + ceil(q / 4)
+    // vectors per feature).
+    double best = 0;
+    for (int query_lanes = 1; query_lanes <= warp_lanes; query_lanes *= 2) {
+        const int key_lanes = warp_lanes / query_lanes;
+        const int keys = std::max(1, params.key_chunk / key_lanes);
+        const int queries = std::max(1, params.query_tile / query_lanes);
+        const double per_load = double(keys * queries) / ((keys + 3) / 4 + (queries + 3) / 4);
+        if (per_load > best) {
+            best = per_load;
+            layout.score_keys = keys;
+            layout.score_queries = queries;
+        }
+    }
+    return layout;
 }
 
 } // namespace
 
-void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
+void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const GpuScheduleParams &params) {
     const AttentionSpec &spec = s.spec;
     const int head_dim = spec.resolved_head_dim();
     const int block_heads = params.heads_per_block;
     const int query_tile = params.query_tile;
     const int key_chunk = params.key_chunk;
-    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    const int width = s.online_width;
+    const LaneLayout layout = lane_layout(head_dim, params);
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
+    // The lanes of the block's warp. OpenCL has no gpu_lanes: there the block's 32 threads
+    // run the same loops, and the running state lives in shared memory rather than in
+    // registers (CI runs this form on PoCL).
+    const bool cuda = target.has_feature(Halide::Target::CUDA);
+    auto on_lanes = [&](Stage stage, const VarOrRVar &lane) {
+        if (cuda)
+            stage.gpu_lanes(lane);
+        else
+            stage.gpu_threads(lane);
+    };
+    // Halide 14 synchronizes the stages of a block only where some stage runs on gpu_threads
+    // rather than gpu_lanes (it takes a warp's lanes for lockstep, which they are not since
+    // Volta): the stages that stage K, V and Q do, and the block gets its barriers.
+    auto on_threads = [](Stage stage, const VarOrRVar &thread) { stage.gpu_threads(thread); };
 
-    // Projections: plain register-tiled GEMM kernels at root, 4 x 4 outputs per thread.
+    // Projections: plain register-tiled GEMM kernels at root, 2 x 2 outputs per thread.
     auto gemm = [&](Func stage, const Var &row, const Var &outer0, const Var &outer1,
                     const std::string &prefix) {
         Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
@@ -95,9 +114,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         // The same tiles for the bias (pure) stage and the accumulation, whose reduction runs
         // inside each thread's 2 x 2 outputs.
         for (Stage tiled : {Stage(stage), stage.update()}) {
-            tiled
-                .tile(x, row, xo, yo, xi, yi, threads_x * 2, threads_y * 2,
-                      TailStrategy::GuardWithIf)
+            tiled.tile(x, row, xo, yo, xi, yi, 32, 32, TailStrategy::GuardWithIf)
                 .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
                 .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
                 .gpu_blocks(xo, yo, outer0)
@@ -118,7 +135,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         s.attn_out.compute_root();
         Var c = s.c;
         Var co{"op_bx"}, qo{"op_by"}, ci{"op_tx"}, qi{"op_ty"};
-        s.output.tile(c, q, co, qo, ci, qi, threads_x, threads_y, TailStrategy::GuardWithIf)
+        s.output.tile(c, q, co, qo, ci, qi, 16, 16, TailStrategy::GuardWithIf)
             .gpu_blocks(co, qo, b)
             .gpu_threads(ci, qi);
         s.out_proj.compute_at(s.output, ci);
@@ -127,24 +144,17 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
         s.attn_out.compute_inline();
     }
 
-    // The kernel that walks the keys: the output itself (whole rows), or in the split-KV form
-    // the chunks' partials, which a second kernel (the output's) combines.
+    // The kernel of the fold: the output itself (whole rows), or in the split-KV form the
+    // chunks' partials, which a second kernel (the output's) combines.
     const bool split = s.kv_chunk > 0;
     Func walk = split ? s.partials : core;
-    Func max_stat = split ? s.part_max : s.row_max;
-    Func sum_stat = split ? s.part_sum : s.row_sum;
-    Func out_stat = split ? s.part_out : s.weighted_sum;
-    Var j = s.j;
 
-    // The block: a query tile of block_heads heads of one kv head's group (and of one chunk of
+    // The block: a query tile of block_heads heads of one kv head's group (and one chunk of
     // keys in the split form). block_heads divides the group, so a block's heads share their kv
-    // head. The walk's own loop is spread over the threads along head_dim (coalesced stores).
+    // head. Its lanes write the output as the fold holds it: d_per_lane elements of a row each.
     Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"head_block"}, hg{"head_in_block"};
-    auto block_tiles = [&](Func stage) {
-        stage.split(h, kv, hg, block_heads, TailStrategy::GuardWithIf)
-            .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf);
-    };
-    block_tiles(walk);
+    walk.split(h, kv, hg, block_heads, TailStrategy::GuardWithIf)
+        .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf);
     if (split) {
         Var kvb{"kv_head_batch"};
         walk.compute_root()
@@ -154,140 +164,181 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &,
     } else {
         walk.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
     }
-    spread(walk, d, 1, qi, 1, "out");
-
-    // The block's queries, scaled once and kept in shared memory for both passes (where they
-    // fit): the score loops then read them from shared memory and fuse the multiply-add. Stored
-    // with the queries innermost, so the threads that share a feature read neighbouring words.
-    if (params.stage_queries) {
-        s.q_heads.compute_at(walk, qo).reorder_storage(q, d);
-        spread(s.q_heads, d, per_thread(head_dim, threads_x), q, per_thread(query_tile, threads_y),
-               "q");
-    }
-
-    const int d_unroll = per_thread(head_dim, threads_x);
-    const int q_unroll = per_thread(query_tile, threads_y);
-    const int k_unroll = per_thread(key_chunk, threads_x);
-
-    // The chunk a pass stages: keys as the x threads, queries as the y threads. The key
-    // threads cover the chunk exactly (key_chunk is a power of two): one more would make the
-    // scores of its K chunk a key longer than the K chunk staged for them.
-    auto stage_chunk = [&](Func chunk, Func scores, const Func &consumer, const RVar &chunk_var,
-                           const std::string &prefix) {
-        chunk.compute_at(consumer, chunk_var);
-        if (split) {
-            // In the split-KV form Halide's check that a step needs at most key_chunk keys
-            // fails for some blocks once a causal or window mask meets long queries (an H100
-            // trapped at Lq = Lk = 96..1024; PoCL ignores assertions inside kernels and gave the
-            // reference's results). Rounding the step's keys out to whole aligned chunks has no
-            // such check; it cost decode 1.2x against the (failing) bound on the H100. Chunks
-            // of keys are whole steps (kv_chunk is a multiple of key_chunk), so the aligned steps
-            // are the chunk's own.
-            chunk.align_bounds(k, key_chunk);
-        } else {
-            chunk.bound_extent(k, key_chunk);
-        }
-        chunk.reorder(k, q, h);
-        auto threads =
-            spread(chunk, k, k_unroll, q, q_unroll, prefix, std::min(threads_x, key_chunk));
-        schedule_scores_in_thread(scores, chunk, threads.first, k, q, k_unroll, q_unroll);
-        // K chunk for these scores, loaded with head_dim along the threads (coalesced) and
-        // stored transposed, keys innermost, in rows padded by one word: the threads of a warp
-        // then read (neighbouring keys of one feature) and write (neighbouring features of one
-        // key) distinct banks. Unpadded, either the reads or the stores of every thread in a
-        // row would fall in one bank.
-        Func k_chunk = s.k_heads.in(scores);
-        k_chunk.compute_at(consumer, chunk_var)
-            .bound_extent(k, key_chunk)
-            .reorder_storage(k, d)
-            .align_storage(k, key_chunk + 1);
-        spread(k_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), prefix + "_k");
-    };
-
-    // The loops of a key reduction's update outside its threads: the heads of the block, then
-    // (split form) the chunk of the block, then the steps of key_chunk keys. The chunk loop has
-    // extent 1 inside a block; naming it keeps it out from between the thread loops.
-    auto outer_loops = [&](std::vector<VarOrRVar> inner, const RVar &chunk_var) {
-        if (split)
-            inner.emplace_back(j);
-        inner.emplace_back(chunk_var);
-        return inner;
-    };
-
-    // A block-level reduction over keys, chunk by chunk: rfactor per chunk, so that each
-    // thread reduces its share of a chunk in registers (the returned intermediate) and adds it
-    // once to the block's accumulator. `stat` is spread over the threads by (x, y); the chunk
-    // loop is outside the heads of the block, so a staged chunk serves all of them.
-    auto reduce_by_chunks = [&](Func stat, const RVar &keys, const Var &x, int x_unroll,
-                                const Var &y, int y_unroll, const RVar &chunk_var,
-                                const RVar &key_in_chunk, const std::string &prefix) {
-        stat.compute_at(walk, qo);
-        spread(stat, x, x_unroll, y, y_unroll, prefix + "_init");
-        Var u{prefix + "_u"};
-        Func partial =
-            stat.update()
-                .split(keys, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
-                .rfactor(chunk_var, u);
-        if (y.same_as(h))
-            stat.update().reorder(outer_loops({x, h}, chunk_var));
-        else
-            stat.update().reorder(outer_loops({x, y, h}, chunk_var));
-        auto threads = spread(stat.update(), x, x_unroll, y, y_unroll, prefix + "_update");
-        partial.compute_at(stat, threads.first)
-            .bound_extent(q, q_unroll)
-            .bound_extent(u, 1)
-            .unroll(q);
-        partial.update().reorder(x, y, key_in_chunk).unroll(q);
-        return partial;
-    };
-
-    // Pass 1, the row (chunk) max: its own copy of the score stages (scores are recomputed,
-    // never kept). Cloned after rfactor, whose intermediate is what reads them.
     {
-        RVar chunk_var{"max_chunk"}, key_in_chunk{"max_key"};
-        Func partial = reduce_by_chunks(max_stat, s.r_keys.x, q, q_unroll, h, 1, chunk_var,
-                                        key_in_chunk, "max");
-        Func chunk = s.masked.clone_in(partial);
-        Func scores = s.scores.clone_in(chunk);
-        stage_chunk(chunk, scores, max_stat, chunk_var, "max");
+        Var dgo{"out_d_group"}, di{"out_d"}, qr{"out_queries"}, ql{"out_query_lane"};
+        Var lane{"out_lane"};
+        walk.split(d, dgo, di, width, TailStrategy::GuardWithIf)
+            .split(qi, qr, ql, layout.query_lanes, TailStrategy::GuardWithIf)
+            .reorder(di, qr, hg, dgo, ql)
+            .fuse(dgo, ql, lane)
+            .unroll(di)
+            .unroll(qr)
+            .unroll(hg);
+        on_lanes(walk, lane);
     }
 
-    // Pass 2: the row sum and P·V fused into one walk over the keys (compute_with), sharing the
-    // chunk's probabilities and its K and V in shared memory. Each thread owns d_unroll x
-    // q_unroll outputs per head of the block.
-    RVar chunk_var{"chunk"}, key_in_chunk{"key_in_chunk"};
-    Func pv_partial = reduce_by_chunks(out_stat, s.r_values.x, d, d_unroll, q, q_unroll, chunk_var,
-                                       key_in_chunk, "pv");
-    if (head_dim % threads_x == 0) {
-        // Exact: threads_x x d_unroll == head_dim, so the micro-tile never leaves the head.
-        pv_partial.bound_extent(d, d_unroll).unroll(d);
-        pv_partial.update().unroll(d);
+    // The running state, in registers: lane (d group g, query lane l) holds head_dim elements
+    // g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block, and
+    // their max, sum and step weight. (Halide 14 keeps a lane's state in its registers only
+    // where the state's index is the lane plus a multiple of the warp: d groups innermost.)
+    // Its steps are the loop outside the lanes; the lane's rows are unrolled.
+    // Each step's stages are computed at the unit loop inside the step loop, within the test
+    // of whether the tile sees the step, so that Halide trims the step loop to the visible
+    // steps (AttentionStages::r_online).
+    RVar step = s.r_online.y, steps = s.r_online.z, key_in_step = s.r_online.x;
+    Func state = s.running;
+    Var dg = s.d_group;
+    // A whole tile of queries (those past Lq read the last query): every step's buffers then
+    // have the tile's constant size, and a lane's score tile its constant rows.
+    state.compute_at(walk, qo).bound(q, 0, query_tile).bound(dg, 0, layout.d_groups);
+    if (cuda)
+        state.store_in(MemoryType::Register);
+    auto lanes_of_state = [&](Stage stage, const std::string &prefix) {
+        Var qr{prefix + "_queries"}, ql{prefix + "_query_lane"}, lane{prefix + "_lane"};
+        stage.split(q, qr, ql, layout.query_lanes, TailStrategy::GuardWithIf)
+            .reorder(dg, ql, qr, h)
+            .fuse(dg, ql, lane);
+        return std::make_pair(lane, qr);
+    };
+    {
+        auto [lane, rows] = lanes_of_state(Stage(state), "state_init");
+        state.reorder(rows, h, lane).unroll(rows).unroll(h);
+        on_lanes(state, lane);
+    }
+    {
+        auto [lane, rows] = lanes_of_state(state.update(), "fold");
+        state.update().reorder(rows, h, key_in_step, lane, step, steps).unroll(rows).unroll(h);
+        // CUDA: the step's keys unrolled, so that the first key's move to the new max is code
+        // of its own and the other keys are multiply-adds only (Halide 14 drops the `likely`
+        // that would split a loop there once the loop is split or unrolled). OpenCL, which CI
+        // runs on PoCL, keeps the loop: the test layers' kernels stay small enough to compile.
+        // So does a fold that reads V where it lies (decode): unrolled, its loads of the whole
+        // step's values would be hoisted into more registers than a lane has.
+        if (cuda && params.stage_kv)
+            state.update().unroll(key_in_step);
+        on_lanes(state.update(), lane);
     }
 
-    sum_stat.compute_at(walk, qo);
-    spread(sum_stat, q, q_unroll, h, 1, "sum_init");
-    sum_stat.update()
-        .split(s.r_keys.x, chunk_var, key_in_chunk, key_chunk, TailStrategy::GuardWithIf)
-        .reorder(outer_loops({key_in_chunk, q, h}, chunk_var));
-    spread(sum_stat.update(), q, q_unroll, h, 1, "sum_update");
-    sum_stat.update().compute_with(out_stat.update(), chunk_var);
+    // K and the block's queries (scaled), staged in shared memory each step, transposed: a
+    // score tile reads neighbouring keys and neighbouring queries of one feature as vectors.
+    // The lanes load along head_dim, so the loads are coalesced; rows padded by 4 words keep
+    // the transposed stores to 4 lanes a bank and the rows aligned for 128-bit loads. (On an
+    // H200, lanes along the rows, which store into distinct banks but load 32 rows at once,
+    // ran 1.4x slower at head_dim 64.) The queries are staged each step, not once per block:
+    // Halide 14 takes a block's buffers as live from their first to their last use in program
+    // order, loops aside, so a buffer allocated later in the step could reuse their space while
+    // the next step still needs them. After the first step they come from L1.
+    auto stage_transposed = [&](Func staged, const Var &row, int rows, const std::string &prefix) {
+        Var dl{prefix + "_d_lane"};
+        staged.compute_at(state, step)
+            .bound_extent(row, rows)
+            .reorder_storage(row, d)
+            .align_storage(row, rows + 4)
+            .split(d, d, dl, warp_lanes, TailStrategy::GuardWithIf)
+            .reorder(dl, row, d);
+        on_threads(staged, dl);
+    };
+    if (params.stage_queries) {
+        s.q_heads.bound_extent(h, block_heads);
+        if (query_tile >= 8) {
+            stage_transposed(s.q_heads, q, query_tile, "q_stage");
+        } else {
+            // A few queries (decode): the lanes along head_dim instead.
+            Var sd{"q_stage_d"};
+            s.q_heads.compute_at(state, step)
+                .bound_extent(q, query_tile)
+                .split(d, sd, d, warp_lanes, TailStrategy::GuardWithIf)
+                .reorder(d, q, h, sd);
+            on_threads(s.q_heads, d);
+        }
+    }
+    if (params.stage_kv)
+        stage_transposed(s.k_heads.in(s.scores), k, key_chunk, "k_step");
 
-    s.masked.compute_inline();
-    stage_chunk(s.probs, s.scores, out_stat, chunk_var, "pv");
-    Func v_chunk = s.v_heads.in(pv_partial);
-    v_chunk.compute_at(out_stat, chunk_var);
-    spread(v_chunk, d, d_unroll, k, per_thread(key_chunk, threads_y), "pv_v");
+    // V is read as stored: keys outermost, a lane reading a few neighbouring features.
+    if (params.stage_kv) {
+        Func v_step = s.v_heads.in(state);
+        Var vd{"v_step_d"}, vv{"v_step_vector"};
+        v_step.compute_at(state, step)
+            .bound_extent(k, key_chunk)
+            .split(d, vd, d, warp_lanes * 4, TailStrategy::GuardWithIf)
+            .split(d, d, vv, 4, TailStrategy::GuardWithIf)
+            .reorder(vv, d, k, vd)
+            .vectorize(vv);
+        on_threads(v_step, d);
+    }
+
+    // The step's masked scores: a register tile per lane (score_keys keys x score_queries
+    // queries of one head), stored queries innermost for the per-row passes that follow.
+    {
+        Var ko{"score_key_lane"}, ki{"score_key"}, qo2{"score_query_lane"}, qi2{"score_query"};
+        Var lane{"score_lane"};
+        s.masked.compute_at(state, step)
+            .bound_extent(k, key_chunk)
+            .reorder_storage(q, k, h)
+            .split(k, ko, ki, layout.score_keys, TailStrategy::GuardWithIf)
+            .split(q, qo2, qi2, layout.score_queries, TailStrategy::GuardWithIf)
+            .fuse(ko, qo2, lane)
+            .unroll(ki)
+            .unroll(qi2);
+        s.scores.compute_at(s.masked, lane)
+            .bound_extent(k, layout.score_keys)
+            .bound_extent(q, layout.score_queries)
+            .reorder(k, q, h)
+            .unroll(k)
+            .unroll(q);
+        s.scores.update().reorder(k, q, h, s.r_head_dim.x).unroll(k).unroll(q);
+        if (params.stage_kv) {
+            s.masked.reorder(qi2, ki, lane, h);
+        } else {
+            // K read where it lies: a lane's tile takes every head of the block, so that each
+            // key it loads serves them all.
+            s.masked.reorder(qi2, ki, h, lane).unroll(h);
+            s.scores.bound_extent(h, block_heads).unroll(h);
+            s.scores.update().unroll(h);
+        }
+        on_lanes(s.masked, lane);
+    }
+
+    // The step's max per row and the probabilities relative to it. The rows of the block
+    // (queries, then heads) run on the lanes, a row each; the probabilities of blocks of fewer
+    // than 8 rows (decode) run on the lanes along the keys instead.
+    const int rows = query_tile * block_heads;
+    auto rows_on_lanes = [&](Stage stage, const std::string &prefix) {
+        VarOrRVar row = q;
+        if (block_heads > 1) {
+            Var fused{prefix + "_row"};
+            stage.fuse(q, h, fused);
+            row = fused;
+        }
+        Var outer{prefix + "_rows"}, lane{prefix + "_row_lane"};
+        stage.split(row, outer, lane, warp_lanes, TailStrategy::GuardWithIf);
+        on_lanes(stage, lane);
+    };
+    s.part_max.compute_at(state, step);
+    rows_on_lanes(s.part_max, "max_init");
+    rows_on_lanes(s.part_max.update().reorder(s.r_keys.x, q, h), "max");
+    s.probs.compute_at(state, step).bound_extent(k, key_chunk).reorder_storage(q, k, h);
+    if (rows >= 8) {
+        rows_on_lanes(Stage(s.probs).reorder(k, q, h), "probs");
+    } else {
+        Var ko{"probs_keys"}, lane{"probs_key_lane"};
+        s.probs.split(k, ko, lane, warp_lanes, TailStrategy::GuardWithIf).reorder(q, h, lane, ko);
+        on_lanes(s.probs, lane);
+    }
 
     if (split) {
-        // The combine, in the output's kernel: a block per (query tile, kv head, batch) as in
-        // the whole-row form; each thread folds the chunks of its own outputs in registers,
-        // reading the partials from global memory (a few chunks' worth: no shared memory and
-        // no barriers needed).
-        block_tiles(core);
-        core.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
-        const Var thread = spread(core, d, 1, qi, 1, "combine").first;
+        // The combine, in the output's kernel: a block per 8 queries of a head of a batch; each
+        // thread folds the chunks of its own outputs in registers, reading the partials from
+        // global memory (a few chunks' worth: no shared memory and no barriers needed).
+        Var cq{"combine_q"}, cqi{"combine_qi"}, cd{"combine_d"}, cdi{"combine_di"};
+        core.split(q, cq, cqi, 8, TailStrategy::GuardWithIf)
+            .split(d, cd, cdi, 32, TailStrategy::GuardWithIf)
+            .reorder(cdi, cqi, cd, cq, h, b)
+            .gpu_blocks(cq, h, b)
+            .gpu_threads(cdi, cqi);
         for (Func stat : {s.row_max, s.row_sum, s.weighted_sum})
-            stat.compute_at(core, thread);
+            stat.compute_at(core, cdi);
         s.part_scale.compute_inline();
     }
 }

@@ -1,6 +1,7 @@
 // Picks a schedule by name and target.
 #include "schedule.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -108,11 +109,22 @@ std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams
 }
 
 std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams &params) {
+    // A key_chunk the text does not name divides the kv_chunk it names: the largest power of
+    // two up to the default that does.
+    const int default_key_chunk = params.key_chunk;
+    params.key_chunk = -1;
     std::string problem = parse_params(text, {{"query_tile", &params.query_tile, 128},
                                               {"key_chunk", &params.key_chunk, 128},
                                               {"kv_chunk", &params.kv_chunk, 65536, 0},
                                               {"heads_per_block", &params.heads_per_block, 256},
-                                              {"stage_queries", &params.stage_queries, 1, 0}});
+                                              {"stage_queries", &params.stage_queries, 1, 0},
+                                              {"d_per_lane", &params.d_per_lane, 256},
+                                              {"stage_kv", &params.stage_kv, 1, 0}});
+    if (params.key_chunk < 0) {
+        params.key_chunk = default_key_chunk;
+        while (params.kv_chunk % params.key_chunk != 0 && params.key_chunk > 1)
+            params.key_chunk /= 2;
+    }
     // The block's threads split a chunk evenly only for a power of two.
     if (problem.empty() && !is_power_of_two(params.key_chunk))
         problem = "schedule parameter key_chunk must be a power of two for a GPU target, got " +
@@ -127,59 +139,76 @@ std::string parse_gpu_schedule_params(const std::string &text, GpuScheduleParams
 }
 
 int gpu_default_kv_chunk(const std::string &shape_class) {
-    // 256 keys, 8 shared-memory steps of the default key_chunk: Lk = 4096 with 8 kv heads
-    // gives 128 blocks, about one per multiprocessor of an A100 or H100.
-    return shape_class == "decode" ? 256 : 0;
+    // 128 keys, 4 steps of the default key_chunk: Lk = 4096 with 8 kv heads gives 256 blocks,
+    // about two per multiprocessor of an A100 or H100.
+    return shape_class == "decode" ? 128 : 0;
 }
 
 int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params) {
-    // An upper bound on what Halide allocates for the schedule in cuda_schedule.cpp: every
-    // buffer of both passes as if none shared space. Per block: the P·V accumulators and the
-    // staged queries, if staged (head_dim x rows each), the row max and row sum, both passes'
-    // chunks of scores (key_chunk x rows each), both passes' K chunks (rows padded by a word) and
-    // the V chunk. Rows and head_dim count in whole multiples of the block's 16 x 16 threads, since
-    // Halide sizes some buffers to the threads' loops. Checked against the byte counts in the
-    // lowered CUDA kernels of 544 layers (head_dim 16-256, 1-16 heads per block, query_tile 1-64,
-    // key_chunk 8-64, with and without a mask): Halide's count was 53-98% of this one. Sharing
-    // makes the real count lower, but not by a rule simple enough to write down here.
-    auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
-    const int64_t head_dim = round_up(spec.resolved_head_dim(), 16);
-    const int64_t key_chunk = params.key_chunk;
-    const int64_t rows = round_up(params.query_tile, 16) * params.heads_per_block;
-    return 4 * ((1 + params.stage_queries) * head_dim * rows + 2 * rows + 2 * key_chunk * rows +
-                (3 * key_chunk + 2) * head_dim);
+    // What the schedule in cuda_schedule.cpp keeps in shared memory per block, as if no two
+    // buffers shared space: the staged queries (head_dim x rows, rows padded by 4 words when
+    // staged transposed, from 8 queries up) and the step's K (head_dim x key_chunk + 4) and V
+    // (head_dim x key_chunk) where they are staged, its masked scores and probabilities (key_chunk
+    // x rows each) and its max per row. The running state is in registers.
+    const int64_t head_dim = spec.resolved_head_dim();
+    const int64_t keys = params.key_chunk;
+    const int64_t heads = params.heads_per_block;
+    const int64_t queries = params.query_tile;
+    const int64_t rows = queries * heads;
+    const int64_t staged_queries = (queries >= 8 ? queries + 4 : queries) * heads;
+    return 4 * (params.stage_queries * head_dim * staged_queries +
+                params.stage_kv * head_dim * (2 * keys + 4) + 2 * keys * rows + rows);
 }
 
-GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec) {
-    // The largest tiles that gpu_shared_memory_bytes fits in a block: key_chunk halves first,
-    // down to 8, then query_tile.
-    auto fit = [&](int stage_queries) {
-        GpuScheduleParams params;
-        params.stage_queries = stage_queries;
-        while (gpu_shared_memory_bytes(spec, params) > gpu_shared_memory_limit &&
-               params.key_chunk > 8)
-            params.key_chunk /= 2;
-        while (gpu_shared_memory_bytes(spec, params) > gpu_shared_memory_limit &&
-               params.query_tile > 1)
-            params.query_tile /= 2;
-        return params;
-    };
-    // One head per block by default. Measured on an H100 (16 query heads, 4 kv heads,
-    // head_dim 64, causal, L = 2048-4096): a whole group of 4 per block, whose buffers fit only
-    // 16 x 8 tiles, ran at 0.16 TFLOP/s; one head per block with 32 x 16 tiles at 2.6-3.1, the
-    // speed of the same layer without grouping. heads_per_block > 1 shares each staged K/V chunk
-    // across heads, for GPUs and shapes where that measures faster.
-    // Tiles: staged queries unless that leaves key_chunk under 16 (head_dim 128: 32 x 16 tiles
-    // without them ran 1.1x faster than 32 x 8 with them); query_tile under 16 only where
-    // nothing else fits.
-    const GpuScheduleParams candidates[] = {fit(1), fit(0)};
-    for (const GpuScheduleParams &params : candidates)
-        if (params.query_tile >= 16 && params.key_chunk >= 16)
-            return params;
-    for (const GpuScheduleParams &params : candidates)
-        if (params.query_tile >= 16)
-            return params;
-    return candidates[1];
+GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::string &shape_class) {
+    const int head_dim = spec.resolved_head_dim();
+    GpuScheduleParams params;
+    params.kv_chunk = gpu_default_kv_chunk(shape_class);
+    if (shape_class == "decode") {
+        // A chunk of keys per block for the query heads of a kv head's group, so that K and V
+        // are read once for several: one query per head, and the lanes along head_dim, as many
+        // as divide it.
+        // Up to 4 heads: 8 (Llama-70B's group) keep more state and score tiles than a lane's
+        // registers hold (ptxas spilled them). K and V staged: read where they lie (stage_kv
+        // 0), ptxas spilled the layers of 8 heads per kv head too, and on an H200 neither
+        // form was faster than the other.
+        params.query_tile = 1;
+        params.heads_per_block = std::min(spec.group_size(), 4);
+        while (spec.group_size() % params.heads_per_block != 0)
+            params.heads_per_block--;
+        int lanes = 32;
+        while (head_dim % lanes != 0)
+            lanes /= 2;
+        params.d_per_lane = head_dim / lanes;
+    } else {
+        // About 8 head_dim elements per lane in the fold: a power of two of lanes, up to 32,
+        // shares a row, the others run along the queries; each lane folds up to 8 queries, as
+        // many as keep its part of the state within 64 registers. On an H200, 8 elements a
+        // lane ran 1.04x (head_dim 64) and 1.4x (128) faster than head_dim / 4.
+        int d_groups = 1;
+        while (d_groups < 32 && head_dim % (2 * d_groups) == 0 && head_dim / (2 * d_groups) >= 8)
+            d_groups *= 2;
+        params.d_per_lane = head_dim / d_groups;
+        const int lane_queries = std::clamp(64 / params.d_per_lane, 1, 8);
+        params.query_tile = std::min(32 / d_groups * lane_queries, 32);
+    }
+    // key_chunk: 32 keys, halved until the block's shared memory fits under the limit; then
+    // heads_per_block and query_tile halve.
+    params.key_chunk = 32;
+    auto fits = [&] { return gpu_shared_memory_bytes(spec, params) <= gpu_shared_memory_limit; };
+    while (!fits() && params.key_chunk > 4)
+        params.key_chunk /= 2;
+    while (!fits() && params.heads_per_block > 1) {
+        int heads = params.heads_per_block - 1;
+        while (spec.group_size() % heads != 0)
+            heads--;
+        params.heads_per_block = heads;
+    }
+    while (!fits() && params.query_tile > 1)
+        params.query_tile /= 2;
+    while (params.kv_chunk % params.key_chunk != 0)
+        params.key_chunk /= 2;
+    return params;
 }
 
 CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::Target &target,
@@ -230,14 +259,31 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
                 "schedule 'cuda' needs a GPU target (cuda or opencl), got " + target.to_string();
             return resolved;
         }
-        resolved.gpu = gpu_schedule_params(spec);
-        resolved.gpu.kv_chunk = gpu_default_kv_chunk(shape_class);
+        resolved.gpu = gpu_schedule_params(spec, shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
         const int heads = resolved.gpu.heads_per_block;
         if (resolved.problem.empty() && spec.group_size() % heads != 0)
             resolved.problem = "schedule parameter heads_per_block must divide the " +
                                std::to_string(spec.group_size()) +
                                " query heads per kv head, got " + std::to_string(heads);
+        const int head_dim = spec.resolved_head_dim();
+        const int width = resolved.gpu.d_per_lane;
+        const int d_groups = head_dim % width == 0 ? head_dim / width : 0;
+        if (resolved.problem.empty() &&
+            (d_groups == 0 || d_groups > 32 || !is_power_of_two(d_groups)))
+            resolved.problem =
+                "schedule parameter d_per_lane must divide head_dim " + std::to_string(head_dim) +
+                " into a power of two of at most 32 lanes per row, got " + std::to_string(width);
+        // The lanes of a warp hold the running state only in whole stripes: a tile of
+        // queries is whole rows of lanes, or a power of two of them.
+        const int query_lanes = resolved.problem.empty() ? 32 / d_groups : 1;
+        const int tile = resolved.gpu.query_tile;
+        if (resolved.problem.empty() && tile % query_lanes != 0 && !is_power_of_two(tile))
+            resolved.problem = "schedule parameter query_tile must be a power of two or a "
+                               "multiple of " +
+                               std::to_string(query_lanes) + " (32 lanes over " +
+                               std::to_string(d_groups) + " lanes per row), got " +
+                               std::to_string(tile);
         const int64_t shared = gpu_shared_memory_bytes(spec, resolved.gpu);
         if (resolved.problem.empty() && shared > gpu_shared_memory_limit) {
             const std::string tiles = "query_tile=" + std::to_string(resolved.gpu.query_tile) +
@@ -313,6 +359,8 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
     case ResolvedSchedule::Family::gpu:
         options.query_block = resolved.gpu.query_tile;
         options.kv_chunk = resolved.gpu.kv_chunk;
+        options.online_chunk = resolved.gpu.key_chunk;
+        options.online_width = resolved.gpu.d_per_lane;
         break;
     }
     return options;

@@ -133,6 +133,17 @@ struct GpuScheduleParams {
     /** 1: the block's scaled queries are staged in shared memory; 0: read where they lie. */
     int stage_queries = 1;
     /**
+     * 1: each step's K and V are staged in shared memory, where every query of the block reads
+     * them; 0: read where they lie, each key by the lane that scores it and each value by the
+     * lanes that fold it (for blocks of a few queries, where each is used a few times).
+     */
+    int stage_kv = 1;
+    /**
+     * Head_dim elements of the running state per lane (a divisor of head_dim): a lane folds
+     * each step into d_per_lane elements of a few rows, head_dim / d_per_lane lanes a row.
+     */
+    int d_per_lane = 16;
+    /**
      * Keys per chunk of the split-KV form (0: each block walks whole rows). With chunks, a
      * block computes one chunk's partial softmax and output, blocks run over (query tile,
      * chunk, kv head x batch), and a second kernel combines the chunks exactly: the decode
@@ -199,10 +210,13 @@ void apply_gpu_schedule(AttentionStages &stages, const Halide::Target &target,
                         const GpuScheduleParams &params);
 
 /**
- * GPU tiles for the spec that keep a block's shared memory under 48 KiB: one head per block, the
- * largest query_tile and key_chunk with staged queries if they keep 16 x 16 tiles, else without.
+ * The GPU schedule's defaults for the spec and shape class, within 48 KiB of shared memory per
+ * block. Prefill: four lanes per row of the state, up to 32 queries per block, one head. Decode:
+ * one query of every head of a kv head's group per block, the lanes along head_dim, and the
+ * split-KV form's chunks.
  */
-GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec);
+GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec,
+                                      const std::string &shape_class = "prefill");
 
 /** Register blocks for x86 (16 registers for SSE/AVX2, 32 for AVX-512). */
 CpuScheduleParams x86_schedule_params(const Halide::Target &target);

@@ -72,8 +72,9 @@ void print_usage(std::FILE *stream) {
         "by --runner with the --work dir's paths (defaults for arm-64-linux on x86:\n"
         "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
         "script that copies the work dir over and runs its arguments there). GPU targets\n"
-        "(cuda, opencl) search query_tile and key_chunk, and the split-KV kv_chunk when every\n"
-        "shape is a decode shape; CPU targets the register blocks, the flash key_chunk and\n"
+        "(cuda, opencl) search query_tile, key_chunk, d_per_lane, stage_queries, stage_kv and\n"
+        "heads_per_block, and the split-KV kv_chunk when every shape is a decode shape; CPU\n"
+        "targets the register blocks, the flash key_chunk and\n"
         "rows_up_to (whole rows up to that Lk), or, when every shape is a decode shape, the\n"
         "split-KV kv_chunk alone.\n");
 }
@@ -499,10 +500,21 @@ int command_tune(int argc, char **argv) {
         return shape_class(s.queries) == "decode";
     });
     if (target.has_gpu_feature()) {
-        const GpuScheduleParams gpu = gpu_schedule_params(spec);
+        const GpuScheduleParams gpu = gpu_schedule_params(spec, decode ? "decode" : "prefill");
         space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
                   {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk},
-                  {"stage_queries", {0, 1}, gpu.stage_queries}}};
+                  {"stage_queries", {0, 1}, gpu.stage_queries},
+                  {"stage_kv", {0, 1}, gpu.stage_kv}}};
+        // Head_dim elements per lane of the online form's state: 2 to 32 lanes per row.
+        std::vector<int> widths;
+        const int head_dim = spec.resolved_head_dim();
+        for (int lanes = 2; lanes <= 32; lanes *= 2)
+            if (head_dim % lanes == 0)
+                widths.push_back(head_dim / lanes);
+        if (std::find(widths.begin(), widths.end(), gpu.d_per_lane) == widths.end())
+            widths.push_back(gpu.d_per_lane);
+        std::sort(widths.begin(), widths.end());
+        space.axes.push_back({"d_per_lane", widths, gpu.d_per_lane});
         // Heads per block: the divisors of the group, for groups that have more than one.
         std::vector<int> heads;
         for (int divisor = 1; divisor <= spec.group_size(); divisor++)
