@@ -210,6 +210,10 @@ if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
         --plot "$work/cl.svg"
     checked_out "$work/cl.jsonl" "OpenCL candidates check out"
     contains "$work/out.txt" "key_chunk=16,query_tile=" "a GPU target searches the GPU space"
+    expect 0 "a score_mod with a run-time scalar on the GPU schedule" "$attngen" tune "$spec" \
+        --layer softcap --shapes 1,33 --target x86-64-linux-opencl --trials 2 --runs 5 \
+        --scalar cap=0.75 --log "$work/cl-softcap.jsonl" --work "$work/cl-softcap-work"
+    checked_out "$work/cl-softcap.jsonl" "the soft-capped GPU layer checks out"
     expect 0 "tune the GPU split-KV chunk on decode shapes" "$attngen" tune "$spec" \
         --layer alibi --shapes 1,2,70 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --space 'query_tile=16;key_chunk=16;kv_chunk=64/128' --log "$work/cl-decode.jsonl" \
@@ -235,13 +239,24 @@ expect 1 "GPU tiles that need more shared memory than a block has" "$attngen" co
     --target x86-64-linux-opencl --layers alibi --schedule-params query_tile=128,key_chunk=128 \
     -o "$work/lib_cl"
 contains "$work/err.txt" \
-    "query_tile=128, key_chunk=128 and heads_per_block=1 need 214272 bytes of shared memory" \
+    "query_tile=128, key_chunk=128 and heads_per_block=1 need 181760 bytes of shared memory" \
     "GPU tiles are held to the shared memory of a block"
-printf 'attention huge_head {\n  heads = 2\n  head_dim = 512\n}\n' \
+expect 1 "a GPU state width that leaves no whole lanes per row" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params d_per_lane=5 -o "$work/lib_cl"
+contains "$work/err.txt" \
+    "d_per_lane must divide head_dim 32 into a power of two of at most 32 lanes per row, got 5" \
+    "the GPU state width is held to whole lanes"
+expect 1 "a GPU query tile that splits the lanes of a row" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params d_per_lane=8,query_tile=12 \
+    -o "$work/lib_cl"
+contains "$work/err.txt" \
+    "query_tile must be a power of two or a multiple of 8 (32 lanes over 4 lanes per row), got 12" \
+    "the GPU query tile is held to whole stripes of lanes"
+printf 'attention huge_head {\n  heads = 2\n  head_dim = 1024\n}\n' \
     >"$work/huge_head.attn"
 expect 1 "a layer whose smallest GPU tiles exceed a block's shared memory" "$attngen" compile \
     "$work/huge_head.attn" --target x86-64-linux-opencl -o "$work/lib_huge"
-contains "$work/err.txt" "smallest tiles, query_tile=1, key_chunk=8 and heads_per_block=1, are too large for this layer" \
+contains "$work/err.txt" "smallest tiles, query_tile=1, key_chunk=4 and heads_per_block=1, are too large for this layer" \
     "a layer the GPU schedule cannot fit is refused with the tiles it tried"
 expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
     --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018

@@ -8,17 +8,21 @@
 # memory at launch (dynamic shared memory), so ptxas reports only the static part; attngen
 # refuses GPU tiles whose shared memory exceeds 48 KiB (gpu_shared_memory_bytes, checked by
 # cli_test.sh).
+# It also reads the PTX itself: in the prefill kernels of head_dim 64 and 128 (the layers in
+# $fma_layers), every basic block with 16 or more float multiply-adds (the score and P·V loops of
+# the online form) must do at least 4 of them per shared-memory load, and the prefill modules
+# must load shared memory 128 bits at a time somewhere (ld.shared.v4).
 # Skips (exit 77) without ptxas, except under CI=true, where it must be there.
 #   usage: ptxas_test.sh ATTNGEN EXTRACT_PTX SOURCE_DIR WORK_DIR
 set -euo pipefail
 attngen=$1 extract=$2 source=$3 work=$4
 ptxas=${PTXAS:-/usr/local/cuda/bin/ptxas}
-# Per kernel: 128 registers lets two 256-thread blocks share an SM. The split-KV kernels of
-# the masked layers reach 136 for sm_80 (110 for sm_90) since their steps of keys are rounded
-# out to whole chunks (the fix for a trap, in cuda_schedule.cpp), so there they run one block
-# per SM; 144 guards against further growth. 48 KiB is the static shared memory a block may
-# use without opting in.
-max_registers=144
+# Per kernel: a one-warp block of the online form keeps its running state in registers, up to
+# the hardware's 255 per thread (attngen's runtime lifts Halide's JIT cap of 64 to 255, see
+# runtime/gpu.cpp); what must not happen is a spill or a local-memory stack frame. 48 KiB is
+# the static shared memory a block may use without opting in.
+max_registers=255
+fma_layers=gqa_causal_d64,plain_d128,gqa_f16_d128
 max_shared=49152 # static shared memory
 
 if [ ! -x "$ptxas" ]; then
@@ -47,6 +51,11 @@ for shape_class in prefill decode; do
     fi
     "$extract" "$out/libgpu_kernels.a" "$out/module" >>"$work/modules.txt"
 done
+# The head_dim 64 and 128 prefill layers alone, for the multiply-adds per load.
+mkdir -p "$work/fma"
+"$attngen" compile "$source/tests/layers/gpu_kernels.attn" --target cuda --layers "$fma_layers" \
+    -o "$work/fma" >"$work/fma/compile.txt" 2>&1 || { cat "$work/fma/compile.txt"; exit 1; }
+"$extract" "$work/fma/libgpu_kernels.a" "$work/fma/module" >"$work/fma_modules.txt"
 echo "$(wc -l <"$work/modules.txt") PTX modules in the prefill and decode libgpu_kernels.a"
 # `--target cuda` means PTX for compute capability 8.0 and 8.6: both must be there.
 for arch in sm_80 sm_86; do
@@ -61,6 +70,38 @@ for arch in sm_80 sm_86; do
 done
 
 failed=0
+# FMAs per shared-memory load, per basic block of each module's PTX (a block starts at a label
+# or at LLVM's "// %bb.N:" comment where one falls through into the next).
+while read -r module; do
+    if ! awk -v module="$(basename "$module")" '
+        function flush() {
+            if (fma >= 16) {
+                blocks++
+                if (loads > 0 && fma < 4 * loads) {
+                    printf "FAIL: %s block %s: %d FMAs for %d shared loads (< 4 per load)\n",
+                           module, label, fma, loads
+                    bad = 1
+                }
+            }
+            fma = 0; loads = 0
+        }
+        /^[$A-Za-z_][$A-Za-z_0-9]*:/ || /^\/\/ %bb\./ { flush(); label = $1 == "//" ? $2 : $1; next }
+        /fma\.rn\.f32/ { fma++ }
+        /ld\.shared/ { loads++; if (/ld\.shared\.v4/) vectors++ }
+        END {
+            flush()
+            printf "%s: %d blocks of 16+ FMAs, all at 4+ per shared load%s; %d 128-bit shared loads\n",
+                   module, blocks, bad ? " but one" : "", vectors
+            exit bad
+        }' "$module"; then
+        failed=1
+    fi
+done <"$work/fma_modules.txt"
+if ! grep -q "ld\.shared\.v4" "$work"/prefill/module_*.ptx; then
+    echo "FAIL: no 128-bit shared loads (ld.shared.v4) in the prefill kernels"
+    failed=1
+fi
+
 while read -r module; do
     own=$(sed -nE 's/^\.target (sm_[0-9]+).*/\1/p' "$module" | head -1)
     for arch in $own sm_90; do

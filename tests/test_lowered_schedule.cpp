@@ -11,7 +11,7 @@
 // - On AVX-512 the split-KV P·V sums each block of keys in a register tile (a constant-size
 //   intermediate) over a loop of blocks; on AVX2 it keeps one loop over the keys.
 // - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
-//   48 KiB a CUDA block may use.
+//   48 KiB a CUDA block may use, and stage, score and fold only the steps of keys a tile sees.
 #include "dsl/attention_algorithm.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
@@ -148,6 +148,71 @@ std::map<std::string, Stmt> lower_layer_functions(
         functions[function.name] = function.body;
     return functions;
 }
+
+/**
+ * A lowering pass that keeps the statement it is given (the whole pipeline, GPU kernels still
+ * inline) and changes nothing.
+ */
+class KeepLowered : public IRMutator {
+  public:
+    Stmt kept;
+    using IRMutator::mutate;
+    Stmt mutate(const Stmt &stmt) override {
+        if (!kept.defined())
+            kept = stmt;
+        return stmt;
+    }
+};
+
+/**
+ * For each loop over the online form's steps (running's r_online.z), whether its body is one
+ * test of the step alone with every stage of the step inside it: a step the test rejects then
+ * stages, scores and folds nothing.
+ */
+class StepsInsideTheirTest : public IRVisitor {
+  public:
+    int loops = 0, guarded = 0;
+
+  private:
+    using IRVisitor::visit;
+
+    /** Counts the productions in a statement. */
+    struct Productions : public IRVisitor {
+        int count = 0;
+        using IRVisitor::visit;
+        void visit(const ProducerConsumer *op) override {
+            count += op->is_producer;
+            IRVisitor::visit(op);
+        }
+    };
+
+    void visit(const For *op) override {
+        const std::string suffix = "r_online$z";
+        const bool steps =
+            op->name.rfind("running", 0) == 0 && op->name.size() > suffix.size() &&
+            op->name.compare(op->name.size() - suffix.size(), suffix.size(), suffix) == 0;
+        if (steps) {
+            loops++;
+            // Past tests of the tile alone, the first test that names the step must hold every
+            // production of the body.
+            Stmt body = op->body;
+            while (const auto *test = body.as<IfThenElse>()) {
+                if (expr_uses_var(test->condition, op->name)) {
+                    Productions inside, all;
+                    test->then_case.accept(&inside);
+                    op->body.accept(&all);
+                    guarded +=
+                        !test->else_case.defined() && inside.count == all.count && inside.count > 0;
+                    break;
+                }
+                if (test->else_case.defined())
+                    break;
+                body = test->then_case;
+            }
+        }
+        IRVisitor::visit(op);
+    }
+};
 
 /** The bodies of lower_layer_functions. */
 std::vector<Stmt>
@@ -601,6 +666,34 @@ TEST_CASE("causal tiles that powers of two leave short run the queries last to f
         // predicate per lane (4x slower when the rows' region started at an unknown offset).
         CHECK(row_max.count == 0);
         CHECK(row_sum.count == 0);
+    }
+}
+
+TEST_CASE("the GPU schedule stages, scores and folds only the steps a tile's rows can see") {
+    // Causal and window masks hide whole steps of keys from a query tile; the test of a step
+    // must hold all of its stages, so that such a step costs the test alone.
+    for (const std::string mask : {"causal", "window(40)", "causal+padding"}) {
+        INFO("mask " << mask);
+        const attngen::AttentionSpec spec =
+            spec_of({{"heads", "2"}, {"head_dim", "64"}, {"mask", mask}});
+        attngen::BoundArguments bound;
+        for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
+            if (entry.kind == attngen::EntryArgument::Kind::buffer)
+                attngen::bind_image_param(spec, entry, bound);
+        const Halide::Target target("x86-64-linux-cuda-cuda_capability_80-no_runtime");
+        Halide::Func out("out");
+        attngen::AttentionStages stages =
+            attngen::build_attention(spec, attngen::bind_inputs(spec, bound), out,
+                                     attngen::algorithm_options(spec, target, "cuda"));
+        REQUIRE(attngen::apply_schedule(stages, target, "cuda").empty());
+        auto *keep = new KeepLowered; // the Func owns its custom passes
+        out.add_custom_lowering_pass(keep);
+        out.compile_to_module(out.infer_arguments(), "layer", target);
+        REQUIRE(keep->kept.defined());
+        StepsInsideTheirTest steps;
+        keep->kept.accept(&steps);
+        CHECK(steps.loops > 0);
+        CHECK(steps.guarded == steps.loops);
     }
 }
 
