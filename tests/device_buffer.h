@@ -18,6 +18,11 @@ class DeviceBuffer {
   public:
     /** Copies `bytes` bytes at `host` (which must outlive this) to a new buffer of `api`. */
     DeviceBuffer(attngen::Device api, void *host, size_t bytes) : api_(api) {
+        // A Halide buffer of bytes has a 32-bit extent: larger ones are refused, not wrapped.
+        if (bytes == 0 || bytes > static_cast<size_t>(INT32_MAX)) {
+            status_ = -1;
+            return;
+        }
         dim_ = {0, static_cast<int32_t>(bytes), 1, 0};
         buffer_.host = static_cast<uint8_t *>(host);
         buffer_.type = halide_type_t(halide_type_uint, 8);
