@@ -13,6 +13,7 @@
 #include "g_d16_mqa_padding.h"
 #include "g_d32_all_masks.h"
 #include "g_d32_decode_masks.h"
+#include "g_d32_shared_heads.h"
 #include "g_d64_gqa_causal.h"
 #include "g_d64_gqa_decode.h"
 #include "g_mha_self.h"
@@ -86,6 +87,10 @@ TEST_CASE("GPU schedule: grouped-query causal attention, head_dim 64") {
 
 TEST_CASE("GPU schedule: every mask kind combined, head_dim 32") {
     check_on_gpu(g_d32_all_masks_layer(), 502);
+}
+
+TEST_CASE("GPU schedule: two heads per block share each step, causal, padding and a bias") {
+    check_on_gpu(g_d32_shared_heads_layer(), 514);
 }
 
 TEST_CASE("GPU schedule: multi-query attention with key padding, head_dim 16") {
