@@ -163,17 +163,19 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const Algorith
     t.probs(k, q, h, b) = probability(k, t.part_max(k / step, q, h, b));
 
     // The fold, for row q of tile q_tile, over r_online (key in step, a unit, step). Steps
-    // without a key visible to the tile are not visited. The test depends on the step alone, so
-    // Halide puts it right inside the loop over steps; a schedule that computes each step's
-    // stages at the unit's loop computes them inside the test too, and a step the tile does not
-    // see costs the test alone.
+    // past the last key visible to the tile are not visited. The test depends on the step
+    // alone, so Halide puts it right inside the loop over steps; a schedule that computes each
+    // step's stages at the unit's loop computes them inside the test too, and such a step costs
+    // the test alone. (Testing a window's first key as well made Halide 14 slide the step's
+    // buffers along the steps and size them by the sequence: steps before a window are
+    // computed, their keys masked.)
     const bool has_split = split > 0;
     Expr steps = has_split ? Expr(split / step) : (in.key_len + (step - 1)) / step;
     t.r_online = RDom({{0, step}, {0, 1}, {0, steps}}, "r_online");
     RVar key_in_step = t.r_online.x;
     Expr step_index = has_split ? j * (split / step) + t.r_online.z : Expr(t.r_online.z);
     Expr first_key = step_index * step;
-    t.r_online.where(first_key < tile_range.second && first_key + step > tile_range.first);
+    t.r_online.where(first_key < tile_range.second);
     Expr key = first_key + key_in_step;
     Expr query = q_tile * tile + q;
 

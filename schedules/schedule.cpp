@@ -173,7 +173,7 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::stri
         // 0), ptxas spilled the layers of 8 heads per kv head too, and on an H200 neither
         // form was faster than the other.
         params.query_tile = 1;
-        params.heads_per_block = spec.mask.window > 0 ? 1 : std::min(spec.group_size(), 4);
+        params.heads_per_block = std::min(spec.group_size(), 4);
         while (spec.group_size() % params.heads_per_block != 0)
             params.heads_per_block--;
         int lanes = 32;
@@ -284,12 +284,6 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
                                std::to_string(query_lanes) + " (32 lanes over " +
                                std::to_string(d_groups) + " lanes per row), got " +
                                std::to_string(tile);
-        // Halide 14 slides the step buffers of a block of several heads along the steps a
-        // window mask leaves it, sizing their shared memory by the sequence's length.
-        if (resolved.problem.empty() && heads > 1 && spec.mask.window > 0)
-            resolved.problem = "schedule parameter heads_per_block must be 1 for a GPU target "
-                               "with a window mask, got " +
-                               std::to_string(heads);
         const int64_t shared = gpu_shared_memory_bytes(spec, resolved.gpu);
         if (resolved.problem.empty() && shared > gpu_shared_memory_limit) {
             const std::string tiles = "query_tile=" + std::to_string(resolved.gpu.query_tile) +

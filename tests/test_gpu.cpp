@@ -89,7 +89,7 @@ TEST_CASE("GPU schedule: every mask kind combined, head_dim 32") {
     check_on_gpu(g_d32_all_masks_layer(), 502);
 }
 
-TEST_CASE("GPU schedule: two heads per block share each step, causal, padding and a bias") {
+TEST_CASE("GPU schedule: two heads per block share each step, every mask kind combined") {
     check_on_gpu(g_d32_shared_heads_layer(), 514);
 }
 

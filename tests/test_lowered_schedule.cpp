@@ -11,7 +11,7 @@
 // - On AVX-512 the split-KV P·V sums each block of keys in a register tile (a constant-size
 //   intermediate) over a loop of blocks; on AVX2 it keeps one loop over the keys.
 // - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
-//   48 KiB a CUDA block may use, and stage, score and fold only the steps of keys a tile sees.
+//   48 KiB a CUDA block may use, and stage, score and fold no step past a tile's last key.
 #include "dsl/attention_algorithm.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
@@ -677,10 +677,10 @@ TEST_CASE("causal tiles that powers of two leave short run the queries last to f
     }
 }
 
-TEST_CASE("the GPU schedule stages, scores and folds only the steps a tile's rows can see") {
-    // Causal and window masks hide whole steps of keys from a query tile; the test of a step
-    // must hold all of its stages, so that such a step costs the test alone. (With key padding
-    // the test reads the key lengths, and Halide 14 leaves it inside the stages: docs/gpu.md.)
+TEST_CASE("the GPU schedule stages, scores and folds no step past the last key a tile sees") {
+    // Causal and window masks hide the steps past a query tile's last visible key; the test of
+    // a step must hold all of its stages, so that such a step costs the test alone. (With key
+    // padding the test reads the key lengths, and Halide 14 leaves it inside the stages.)
     for (const std::string mask : {"causal", "window(40)", "causal+window(40)"}) {
         INFO("mask " << mask);
         KeepLowered keep;
@@ -701,9 +701,7 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
     // bytes in the lowered launches must stay within gpu_shared_memory_bytes, which attngen
     // holds to the limit: for the default tiles of each head_dim class, heads sharing a block
     // and small query tiles. (The split-KV form sizes some buffers per block and keeps the
-    // largest in a host buffer at run time, which this reading of the code does not evaluate.
-    // With a window mask Halide 14 slides a step's buffers along the steps and sizes them by
-    // the sequence, as docs/gpu.md says; no window layer is read here.)
+    // largest in a host buffer at run time, which this reading of the code does not evaluate.)
     struct Case {
         std::map<std::string, std::string> spec;
         std::string schedule_params;
@@ -716,8 +714,9 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
         {{{"heads", "16"}, {"kv_heads", "4"}, {"head_dim", "64"}},
          "heads_per_block=2,query_tile=16,key_chunk=16"},
         {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,key_chunk=64"},
-        {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+padding"}},
+        {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}},
          "heads_per_block=2"},
+        {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}}, ""},
     };
     const Halide::Target target("x86-64-linux-cuda-cuda_capability_80-no_runtime");
     for (const Case &layer : cases) {
