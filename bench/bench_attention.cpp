@@ -7,6 +7,7 @@
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
 #include "bench_d128_causal_reference.h"
+#include "bench_d128_causal_rope.h"
 #include "bench_d128_reference.h"
 #include "bench_d64.h"
 #include "bench_d64_causal.h"
@@ -95,11 +96,13 @@ struct Options {
     bool decode = true;
     bool memory = true;
     bool mha = true;
+    bool rope = true;
 };
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
-               "                       [--min-ms N] [--no-decode] [--no-mha] [--no-memory]\n"
+               "                       [--min-ms N] [--no-decode] [--no-mha] [--no-rope]\n"
+               "                       [--no-memory]\n"
                "                       [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
@@ -113,6 +116,7 @@ void print_usage() {
                "               (default {:.0f}; 0 = exactly --runs)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
+               "  --no-rope    skip the rotary-embedding table (D=128 causal, with and without)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
                longest, Options().reference_max_len, slow_run_ms / 1000, max_runs,
                Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len);
@@ -140,9 +144,11 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             help = true;
             return std::nullopt;
         }
-        if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha") {
+        if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha" ||
+            option == "--no-rope") {
             (option == "--no-decode"   ? options.decode
              : option == "--no-memory" ? options.memory
+             : option == "--no-rope"   ? options.rope
                                        : options.mha) = false;
             continue;
         }
@@ -746,6 +752,87 @@ std::vector<double> decode_reference(const attngen::LayerInfo &info, int64_t key
     return out;
 }
 
+// Prefill with rotary embeddings (bench_d128_causal_rope against bench_d128_causal).
+constexpr int64_t rope_lengths[] = {512, 1024, 2048, 4096};
+
+/** One row of the rotary-embedding table; the times are NaN when a layer failed. */
+struct RopeResult {
+    double plain_ms = std::numeric_limits<double>::quiet_NaN();
+    double rope_ms = std::numeric_limits<double>::quiet_NaN();
+    double ratio = std::numeric_limits<double>::quiet_NaN(); ///< median of rope ms / plain ms
+    const char *check = "ok";
+};
+
+/**
+ * Times a layer with rotary embeddings against the same layer without them, in alternating
+ * rounds on the same inputs. The rotated layer's output is checked against OpenBLAS's math path
+ * on queries and keys rotated beforehand in double.
+ */
+RopeResult measure_rope(const attngen::Layer &plain, const attngen::Layer &rope, int64_t length,
+                        const Rounds &rounds, WorkerPool &pool) {
+    const attngen::LayerInfo &info = rope.info;
+    const int64_t heads = info.heads, dim = info.head_dim;
+    const int64_t size = batch * heads * length * dim;
+    std::mt19937 rng(seed);
+    const std::vector<float> query = random_tensor(rng, size);
+    const std::vector<float> key = random_tensor(rng, size);
+    const std::vector<float> value = random_tensor(rng, size);
+    std::vector<float> out(static_cast<size_t>(size)), reference(out.size());
+    std::vector<float> scores(static_cast<size_t>(pool.size() * peer_rows * length));
+
+    // Rotate-half (neox) at each row's position, theta^(-2i / D) per pair i.
+    auto rotate = [&](const std::vector<float> &x) {
+        std::vector<float> y(x.size());
+        const int64_t half = dim / 2;
+        for (int64_t row = 0; row < batch * heads * length; row++) {
+            const double position = double(row % length);
+            const float *in = &x[static_cast<size_t>(row * dim)];
+            float *rotated = &y[static_cast<size_t>(row * dim)];
+            for (int64_t i = 0; i < half; i++) {
+                const double angle = position * std::pow(info.rope.theta, -2.0 * i / dim);
+                const double c = std::cos(angle), s = std::sin(angle);
+                rotated[i] = float(in[i] * c - in[i + half] * s);
+                rotated[i + half] = float(in[i + half] * c + in[i] * s);
+            }
+        }
+        return y;
+    };
+    const std::vector<float> rotated_query = rotate(query), rotated_key = rotate(key);
+
+    attngen::Arguments args;
+    args.query = attngen::view(query.data(), {batch, heads, length, dim});
+    args.key = attngen::view(key.data(), {batch, heads, length, dim});
+    args.value = attngen::view(value.data(), {batch, heads, length, dim});
+    args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
+    RopeResult row;
+    for (const attngen::Layer *layer : {&plain, &rope}) {
+        if (attngen::Status status = attngen::run(*layer, args); !status) {
+            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", layer->info.name, length,
+                       status.message());
+            row.check = "ERROR";
+            return row;
+        }
+    }
+    blas_attention(Blas::openblas, info, length, rotated_query.data(), rotated_key.data(),
+                   value.data(), reference.data(), scores, pool);
+    if (!agrees(
+            fmt::format("{} at L={}: max|attngen - openblas on rotated q, k|", info.name, length),
+            out, reference))
+        row.check = "MISMATCH";
+
+    std::vector<double> plain_times, rope_times, ratios;
+    run_rounds(rounds, [&] {
+        plain_times.push_back(elapsed_ms([&] { attngen::run(plain, args); }));
+        rope_times.push_back(elapsed_ms([&] { attngen::run(rope, args); }));
+        ratios.push_back(rope_times.back() / plain_times.back());
+        return std::max(plain_times.back(), rope_times.back());
+    });
+    row.plain_ms = median(plain_times);
+    row.rope_ms = median(rope_times);
+    row.ratio = median(ratios);
+    return row;
+}
+
 /** One row of the decode table; ms is NaN when the layer failed. */
 struct DecodeResult {
     double ms = std::numeric_limits<double>::quiet_NaN();
@@ -1029,6 +1116,29 @@ int main(int argc, char **argv) {
                 print_row(fmt::format("{:>5} | {:>5} | ", layer->info.model_dim, length),
                           measure_mha(*layer, length, options.rounds, peer_pool), flops, false);
             }
+        }
+    }
+
+    if (options.rope) {
+        fmt::print("\nrotary embeddings in prefill: D=128, H=8, causal, f32, B=1, {}; rope = neox "
+                   "(theta 10000, all of D) against the same layer without it, alternating;\n"
+                   "ratio = median over the rounds of rope ms / plain ms; check: against "
+                   "OpenBLAS's math path on q and k rotated in double\n\n",
+                   rounds_text(options.rounds));
+        const std::string rope_header = fmt::format("{:>5} | {:>8} | {:>8} | {:>5} | {}", "L",
+                                                    "plain ms", "rope ms", "ratio", "check");
+        fmt::print("{}\n{}\n", rope_header, std::string(rope_header.size(), '-'));
+        for (int64_t length : rope_lengths) {
+            if (length > options.max_len)
+                continue;
+            const RopeResult row =
+                measure_rope(bench_d128_causal_layer(), bench_d128_causal_rope_layer(), length,
+                             options.rounds, peer_pool);
+            if (std::strcmp(row.check, "ok") != 0)
+                failures++;
+            fmt::print("{:>5} | {} | {} | {} | {}\n", length, column(row.plain_ms, 8, 3),
+                       column(row.rope_ms, 8, 3), column(row.ratio, 5, 3), row.check);
+            std::fflush(stdout);
         }
     }
 

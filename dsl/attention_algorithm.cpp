@@ -5,6 +5,8 @@
 #include "expression_lowering.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -39,6 +41,62 @@ namespace {
 
 Expr f32(const Expr &value) {
     return Halide::cast<float>(value);
+}
+
+/**
+ * rope_table (pair, position): the cos and sin of each rotary pair's angle, position times its
+ * inverse frequency. Only the angle modulo a turn matters, and in f32 a product of a position
+ * and a frequency loses it (at position 4096 by up to 2.4e-4 radians), so the angle is reduced
+ * exactly in integers: the pair's frequency in turns per position, frac(frequency / 2 pi), is
+ * a 64-bit fixed-point constant (computed in double when the pipeline is built), and the
+ * position times it, modulo 2^64, is the angle's turns. Its top 24 bits give an f32 angle in
+ * [-pi, pi) within about 4e-7 radians at every position, on every target (no f64 needed).
+ */
+void define_rope_table(AttentionStages &s, const AttentionSpec &spec) {
+    constexpr double pi = 3.14159265358979323846;
+    std::vector<Expr> turns_per_position;
+    for (double frequency : rope_inverse_frequencies(spec.rope, spec.resolved_rotary_dim())) {
+        const double turns = frequency / (2 * pi);
+        const double fixed = std::ldexp(turns - std::floor(turns), 64);
+        const uint64_t bits = fixed >= std::ldexp(1.0, 64) ? 0 : static_cast<uint64_t>(fixed);
+        turns_per_position.push_back(Halide::Internal::make_const(Halide::UInt(64), bits));
+    }
+    Expr step = turns_per_position.size() == 1 ? turns_per_position[0]
+                                               : Halide::mux(s.pair, turns_per_position);
+    // Two's complement: a negative position (a query before the first key) turns backwards.
+    Expr turns = Halide::cast<uint64_t>(Halide::cast<int64_t>(s.position)) * step;
+    // The top 24 bits as a signed fraction of a turn in [-1/2, 1/2).
+    Expr fraction = f32(Halide::cast<int32_t>(Halide::cast<uint32_t>(turns >> 40) << 8) >> 8);
+    Expr angle = fraction * static_cast<float>(2 * pi / (1 << 24));
+    s.rope_table(s.pair, s.position) = Halide::Tuple(Halide::cos(angle), Halide::sin(angle));
+}
+
+/**
+ * Feature d of `rows` (d, pos, h, b), in f32, rotated at `position`: pairs (d, d + rotary_dim /
+ * 2) with neox, (2i, 2i + 1) interleaved; features from rotary_dim on pass unchanged.
+ */
+Expr rotated(const AttentionStages &s, const AttentionSpec &spec, const Func &rows, const Expr &d,
+             const Expr &pos, const Expr &h, const Expr &b, const Expr &position) {
+    const int rotary_dim = spec.resolved_rotary_dim(), half = rotary_dim / 2;
+    Expr pair, partner, first;
+    if (spec.rope.kind == RopeKind::neox) {
+        first = d < half;
+        pair = Halide::select(first, d, d - half);
+        partner = Halide::select(first, d + half, d - half);
+    } else {
+        first = d % 2 == 0;
+        pair = d / 2;
+        partner = Halide::select(first, d + 1, d - 1);
+    }
+    // Clamped for bounds inference: the features past rotary_dim read neither.
+    pair = Halide::clamp(pair, 0, half - 1);
+    partner = Halide::clamp(partner, 0, spec.resolved_head_dim() - 1);
+    Expr cos = s.rope_table(pair, position)[0], sin = s.rope_table(pair, position)[1];
+    Expr x = rows(d, pos, h, b), other = rows(partner, pos, h, b);
+    // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+    Expr turned = x * cos + Halide::select(first, -other, other) * sin;
+    return rotary_dim < spec.resolved_head_dim() ? Halide::select(d < rotary_dim, turned, x)
+                                                 : turned;
 }
 
 /** The spec's expressions see the indices and the run-time tensors and scalars. */
@@ -482,6 +540,17 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
 
     Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
+    // Rotary embeddings: q_rope and k_rope rotate the f32 queries (query order) and keys at
+    // their positions, a query's aligned among the keys as the causal mask aligns it; the
+    // attention stages read row `q_at` of q_rope.
+    auto rotate_heads = [&](const Func &queries, const Func &keys, const Expr &q_at) {
+        define_rope_table(s, spec);
+        s.q_rope(d, q, h, b) =
+            rotated(s, spec, queries, d, q, h, b, q + (in.key_len - in.query_len));
+        s.k_rope(d, k, h, b) = rotated(s, spec, keys, d, k, h, b, k);
+        s.q_heads(d, q, h, b) = s.q_rope(d, q_at, h, b) * scale;
+        s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
+    };
     s.r_head_dim = RDom(0, head_dim, "r_head_dim");
     // The query that row q of the attention stages reads (AlgorithmOptions::reverse_queries),
     // clamped: a schedule may round a tile of rows past either end.
@@ -527,13 +596,24 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
             project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
         }
         // q_proj's rows follow the tiles in query order (a schedule sizes its GEMM by them).
-        s.q_heads(d, q, h, b) =
-            s.q_proj(d, options.reverse_queries ? query_row : Expr(q), h, b) * scale;
-        s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
+        Expr q_at = options.reverse_queries ? query_row : Expr(q);
+        if (spec.rope.any()) {
+            rotate_heads(s.q_proj, s.k_proj, q_at);
+        } else {
+            s.q_heads(d, q, h, b) = s.q_proj(d, q_at, h, b) * scale;
+            s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
+        }
         s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
     } else {
-        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
-        s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        if (spec.rope.any()) {
+            Func query("query_f32"), key("key_f32");
+            query(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b));
+            key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+            rotate_heads(query, key, query_row);
+        } else {
+            s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
+            s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        }
         // The whole-row and split-KV forms read values only at visible keys: no clamp needed.
         // The online form's last step runs past Lk, with probability 0: clamped there.
         s.v_heads(d, k, h, b) = f32(

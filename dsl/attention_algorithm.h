@@ -70,6 +70,14 @@ struct AttentionStages {
      * for Q, K, V; q_proj, k_proj and v_proj are then its three slices. Undefined otherwise.
      */
     Halide::Func qkv_proj{"qkv_proj"}, qkv_weight{"qkv_weight"};
+    /**
+     * Rotary embeddings (spec.rope), undefined without them: rope_table (pair, position) is
+     * Tuple(cos, sin) of the pair's angle at a position; q_rope (d, q, h, b) and k_rope (d, k,
+     * hkv, b) are the queries (in query order) and keys rotated, in f32, before the scale.
+     * q_heads and k_heads read them.
+     */
+    Halide::Func rope_table{"rope_table"}, q_rope{"q_rope"}, k_rope{"k_rope"};
+    Halide::Var pair{"pair"}, position{"position"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -85,6 +86,14 @@ std::string why_reserved_layer_name(const std::string &name) {
 
 } // namespace
 
+std::string number_text(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", value);
+    if (std::strtod(text, nullptr) != value)
+        std::snprintf(text, sizeof text, "%.17g", value);
+    return text;
+}
+
 int AttentionSpec::resolved_head_dim() const {
     if (head_dim > 0)
         return head_dim;
@@ -97,6 +106,135 @@ int AttentionSpec::resolved_model_dim() const {
 
 double AttentionSpec::resolved_scale() const {
     return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(resolved_head_dim()));
+}
+
+namespace {
+
+template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &fail) {
+    const RopeSpec &rope = spec.rope;
+    const RopeScaling &scaling = rope.scaling;
+    if (!rope.any()) {
+        if (rope.rotary_dim != 0)
+            fail("rotary_dim", "needs rope = neox or interleaved; the layer has rope = none");
+        if (scaling.kind != RopeScaling::Kind::none)
+            fail("rope_scaling", "needs rope = neox or interleaved; the layer has rope = none");
+        return;
+    }
+    if (!std::isfinite(rope.theta) || rope.theta <= 1.0)
+        fail("rope_theta", "must be a finite number above 1, got " + number_text(rope.theta));
+    const int head_dim = spec.resolved_head_dim();
+    const int rotary_dim = spec.resolved_rotary_dim();
+    if (rope.rotary_dim < 0 || rotary_dim % 2 != 0 || (head_dim > 0 && rotary_dim > head_dim))
+        fail("rotary_dim", "must be even and in 2..head_dim (" + std::to_string(head_dim) + ")" +
+                               (rope.rotary_dim == 0 ? ", as head_dim is by default" : "") +
+                               ", got " + std::to_string(rotary_dim));
+    if (scaling.kind == RopeScaling::Kind::none)
+        return;
+    if (!std::isfinite(scaling.factor) || scaling.factor <= 0.0)
+        fail("rope_scaling",
+             "factor must be a finite number above 0, got " + number_text(scaling.factor));
+    if (scaling.kind != RopeScaling::Kind::llama3)
+        return;
+    if (!(std::isfinite(scaling.low_freq_factor) && std::isfinite(scaling.high_freq_factor) &&
+          scaling.low_freq_factor > 0.0 && scaling.low_freq_factor < scaling.high_freq_factor))
+        fail("rope_scaling", "llama3 needs 0 < low_freq_factor < high_freq_factor, got " +
+                                 number_text(scaling.low_freq_factor) + " and " +
+                                 number_text(scaling.high_freq_factor));
+    if (scaling.original_max_positions < 1)
+        fail("rope_scaling", "llama3 needs original_max_positions of at least 1, got " +
+                                 std::to_string(scaling.original_max_positions));
+}
+
+} // namespace
+
+std::vector<double> rope_inverse_frequencies(const RopeSpec &rope, int rotary_dim) {
+    constexpr double pi = 3.14159265358979323846;
+    const RopeScaling &scaling = rope.scaling;
+    std::vector<double> frequencies;
+    for (int i = 0; 2 * i < rotary_dim; i++) {
+        double frequency = std::pow(rope.theta, -2.0 * i / rotary_dim);
+        if (scaling.kind == RopeScaling::Kind::linear) {
+            frequency /= scaling.factor;
+        } else if (scaling.kind == RopeScaling::Kind::llama3) {
+            // Wavelengths longer than original / low_freq_factor are divided by the factor,
+            // those shorter than original / high_freq_factor kept, and those between blended.
+            const double original = scaling.original_max_positions;
+            const double wavelength = 2.0 * pi / frequency;
+            if (wavelength > original / scaling.low_freq_factor) {
+                frequency /= scaling.factor;
+            } else if (wavelength >= original / scaling.high_freq_factor) {
+                const double smooth = (original / wavelength - scaling.low_freq_factor) /
+                                      (scaling.high_freq_factor - scaling.low_freq_factor);
+                frequency = (1.0 - smooth) * frequency / scaling.factor + smooth * frequency;
+            }
+        }
+        frequencies.push_back(frequency);
+    }
+    return frequencies;
+}
+
+const char *to_string(RopeKind kind) {
+    switch (kind) {
+    case RopeKind::none:
+        return "none";
+    case RopeKind::neox:
+        return "neox";
+    case RopeKind::interleaved:
+        return "interleaved";
+    }
+    return "none";
+}
+
+std::optional<RopeKind> parse_rope_kind(const std::string &text) {
+    for (RopeKind kind : {RopeKind::none, RopeKind::neox, RopeKind::interleaved})
+        if (trim(text) == to_string(kind))
+            return kind;
+    return std::nullopt;
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const std::string &text) {
+    RopeScaling scaling;
+    const std::string body = trim(text);
+    if (body == "none")
+        return scaling;
+    const size_t open = body.find('(');
+    if (open == std::string::npos || body.back() != ')')
+        return std::nullopt;
+    const std::string kind = trim(body.substr(0, open));
+    std::vector<double> values;
+    for (const std::string &part : split(body.substr(open + 1, body.size() - open - 2), ',')) {
+        std::optional<double> value = parse_number(part);
+        if (!value)
+            return std::nullopt;
+        values.push_back(*value);
+    }
+    if (kind == "linear" && values.size() == 1) {
+        scaling.kind = RopeScaling::Kind::linear;
+    } else if (kind == "llama3" && values.size() == 4 && values[3] == std::floor(values[3]) &&
+               std::fabs(values[3]) <= (1 << 30)) {
+        scaling.kind = RopeScaling::Kind::llama3;
+        scaling.low_freq_factor = values[1];
+        scaling.high_freq_factor = values[2];
+        scaling.original_max_positions = static_cast<int>(values[3]);
+    } else {
+        return std::nullopt;
+    }
+    scaling.factor = values[0];
+    return scaling;
+}
+
+std::string to_string(const RopeScaling &scaling) {
+    switch (scaling.kind) {
+    case RopeScaling::Kind::none:
+        return "none";
+    case RopeScaling::Kind::linear:
+        return "linear(" + number_text(scaling.factor) + ")";
+    case RopeScaling::Kind::llama3:
+        return "llama3(" + number_text(scaling.factor) + ", " +
+               number_text(scaling.low_freq_factor) + ", " + number_text(scaling.high_freq_factor) +
+               ", " + std::to_string(scaling.original_max_positions) + ")";
+    }
+    return "none";
 }
 
 std::vector<SpecError> check_spec(const AttentionSpec &spec) {
@@ -168,6 +306,7 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     }
     if (spec.mask.window < 0)
         fail("mask", "window must be positive, got " + std::to_string(spec.mask.window));
+    check_rope(spec, fail);
 
     // The declared run-time inputs, score_mod and the mask predicates.
     for (const LayerExprError &error : check_layer_expressions(spec))
@@ -304,8 +443,10 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         }
     };
 
-    static const char *known[] = {"name",  "model_dim",   "heads", "kv_heads", "head_dim", "scale",
-                                  "dtype", "projections", "bias",  "cross",    "mask"};
+    static const char *known[] = {"name",       "model_dim",  "heads",       "kv_heads",
+                                  "head_dim",   "scale",      "dtype",       "projections",
+                                  "bias",       "cross",      "mask",        "rope",
+                                  "rope_theta", "rotary_dim", "rope_scaling"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -358,6 +499,25 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         else
             bad("mask", "'none' or causal, padding, window(N), additive joined with '+'", *text);
     }
+    if (auto text = get("rope")) {
+        if (std::optional<RopeKind> kind = parse_rope_kind(*text))
+            spec.rope.kind = *kind;
+        else
+            bad("rope", "none, neox or interleaved", *text);
+    }
+    if (auto text = get("rope_theta")) {
+        if (std::optional<double> value = parse_number(*text))
+            spec.rope.theta = *value;
+        else
+            bad("rope_theta", "a number", *text);
+    }
+    read_int("rotary_dim", spec.rope.rotary_dim);
+    if (auto text = get("rope_scaling")) {
+        if (std::optional<RopeScaling> scaling = parse_rope_scaling(*text))
+            spec.rope.scaling = *scaling;
+        else
+            bad("rope_scaling", "none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)", *text);
+    }
     return spec;
 }
 
@@ -378,7 +538,11 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"projections", to_string(spec.projections)},
             {"bias", spec.projections.bias ? "true" : "false"},
             {"cross", spec.cross_attention ? "true" : "false"},
-            {"mask", to_string(spec.mask)}};
+            {"mask", to_string(spec.mask)},
+            {"rope", to_string(spec.rope.kind)},
+            {"rope_theta", number_text(spec.rope.theta)},
+            {"rotary_dim", std::to_string(spec.rope.rotary_dim)},
+            {"rope_scaling", to_string(spec.rope.scaling)}};
 }
 
 } // namespace attngen

@@ -32,6 +32,38 @@ struct MaskSpec {
     bool bounds_keys() const { return causal || key_padding || window > 0; }
 };
 
+/**
+ * Rotary position embeddings (RoPE): q and k are rotated, in f32 inside the pipeline, before
+ * their dot product. Pair i of the first rotary_dim features of a token at position p turns by
+ * the angle p * inv_freq(i), inv_freq(i) = theta^(-2i / rotary_dim) adjusted by `scaling`.
+ * `neox` pairs feature i with i + rotary_dim / 2 (rotate-half: GPT-NeoX, Hugging Face's Llama);
+ * `interleaved` pairs features 2i and 2i + 1 (GPT-J, Meta's original Llama). A key's position
+ * is its index; a query's is aligned as the causal mask aligns it, q + (Lk - Lq).
+ */
+enum class RopeKind { none, neox, interleaved };
+
+/** How the frequencies are stretched for contexts longer than a model was trained on. */
+struct RopeScaling {
+    enum class Kind {
+        none,
+        linear, ///< every inv_freq divided by factor (positions interpolated)
+        llama3, ///< Llama 3.1's: long wavelengths divided by factor, short kept, blended between
+    };
+    Kind kind = Kind::none;
+    double factor = 1.0;
+    double low_freq_factor = 1.0;      ///< llama3 only
+    double high_freq_factor = 4.0;     ///< llama3 only
+    int original_max_positions = 8192; ///< llama3 only
+};
+
+struct RopeSpec {
+    RopeKind kind = RopeKind::none;
+    double theta = 10000.0;
+    int rotary_dim = 0; ///< features rotated from the first; 0 means head_dim
+    RopeScaling scaling;
+    bool any() const { return kind != RopeKind::none; }
+};
+
 /** One attention layer. Zero means "derive" for kv_heads and head_dim. */
 struct AttentionSpec {
     std::string name = "attention";
@@ -44,6 +76,7 @@ struct AttentionSpec {
     Projections projections;
     bool cross_attention = false; ///< with projections: keys/values come from a second input
     MaskSpec mask;
+    RopeSpec rope;
 
     /**
      * Applied to each scaled score (after an additive mask's bias, before the other masks):
@@ -60,6 +93,9 @@ struct AttentionSpec {
     int resolved_head_dim() const;
     int resolved_model_dim() const;
     double resolved_scale() const;
+    int resolved_rotary_dim() const {
+        return rope.rotary_dim > 0 ? rope.rotary_dim : resolved_head_dim();
+    }
     int group_size() const { return heads / resolved_kv_heads(); }
 };
 
@@ -86,6 +122,23 @@ std::string to_string(const Projections &projections);
 /** "none" or masks joined with '+': causal, padding, window(N), additive. */
 std::optional<MaskSpec> parse_mask(const std::string &text);
 std::string to_string(const MaskSpec &mask);
+
+/**
+ * The inverse frequency of each rotary pair i < rotary_dim / 2, in double: theta^(-2i /
+ * rotary_dim), then the scaling. The generated pipeline rounds them to f32 constants.
+ */
+std::vector<double> rope_inverse_frequencies(const RopeSpec &rope, int rotary_dim);
+
+/** A number as the text forms write it: the shorter of %.15g and %.17g that reads back exactly. */
+std::string number_text(double value);
+
+/** "none", "neox" or "interleaved". */
+const char *to_string(RopeKind kind);
+std::optional<RopeKind> parse_rope_kind(const std::string &text);
+
+/** "none", "linear(F)" or "llama3(F, LOW, HIGH, ORIGINAL)" (spaces allowed). */
+std::optional<RopeScaling> parse_rope_scaling(const std::string &text);
+std::string to_string(const RopeScaling &scaling);
 
 /**
  * Builds a description from key=value parameters, the form GeneratorParams and the CLI share.

@@ -30,8 +30,9 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim", "heads", "kv_heads", "head_dim", "dtype",    "projections",
-        "bias",      "cross", "mask",     "scale",    "score_mod"};
+        "model_dim",   "heads", "kv_heads",   "head_dim",   "dtype",
+        "projections", "bias",  "cross",      "mask",       "scale",
+        "score_mod",   "rope",  "rope_theta", "rotary_dim", "rope_scaling"};
     return names;
 }
 
@@ -100,9 +101,10 @@ class Parser {
     // Whether `token`, first on its line, plainly starts an item (so the line before it
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
-        static const char *const starts[] = {"attention", "tensor",      "scalar",   "let",
-                                             "dtype",     "projections", "bias",     "cross",
-                                             "mask",      "scale",       "score_mod"};
+        static const char *const starts[] = {"attention",  "tensor",      "scalar",      "let",
+                                             "dtype",      "projections", "bias",        "cross",
+                                             "mask",       "scale",       "score_mod",   "rope",
+                                             "rope_theta", "rotary_dim",  "rope_scaling"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -341,7 +343,8 @@ class Parser {
             std::string suggestion = did_you_mean(field, candidates);
             if (suggestion.empty())
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
-                             "projections, bias, cross, mask, scale and score_mod";
+                             "projections, bias, cross, mask, scale, score_mod, rope, "
+                             "rope_theta, rotary_dim and rope_scaling";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -404,6 +407,14 @@ class Parser {
             return parse_projections_value(spec.projections);
         if (field == "mask")
             return parse_mask_value(layer);
+        if (field == "rope")
+            return parse_rope_value(spec.rope.kind);
+        if (field == "rope_theta")
+            return parse_number_value("a number for 'rope_theta'", spec.rope.theta);
+        if (field == "rotary_dim")
+            return parse_int_value(field, spec.rope.rotary_dim);
+        if (field == "rope_scaling")
+            return parse_rope_scaling_value(spec.rope.scaling);
         Parsed expr = parse_expression();
         if (!expr.expr)
             return false;
@@ -430,6 +441,83 @@ class Parser {
 
     bool parse_int_value(const std::string &field, int &value) {
         return parse_int("an integer for '" + field + "'", value);
+    }
+
+    // An INTEGER or REAL token (check_spec judges the range).
+    bool parse_number_value(const std::string &what, double &value) {
+        const Token token = peek();
+        if (token.kind != Token::Kind::integer && token.kind != Token::Kind::real) {
+            expected(what, token);
+            return false;
+        }
+        take();
+        value = token.number;
+        return true;
+    }
+
+    bool parse_rope_value(RopeKind &kind) {
+        const Token token = peek();
+        if (token.kind != Token::Kind::name) {
+            expected("none, neox or interleaved for 'rope'", token);
+            return false;
+        }
+        take();
+        const std::string name(token.text);
+        std::optional<RopeKind> parsed = parse_rope_kind(name);
+        if (!parsed) {
+            error(token.where, "unknown rope '" + name + "'" +
+                                   did_you_mean(name, {"none", "neox", "interleaved"}) +
+                                   "; expected none, neox or interleaved");
+            return false;
+        }
+        kind = *parsed;
+        return true;
+    }
+
+    // none | linear '(' factor ')' | llama3 '(' factor, low, high, original ')'
+    bool parse_rope_scaling_value(RopeScaling &scaling) {
+        const Token token = peek();
+        if (token.kind != Token::Kind::name) {
+            expected("none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL) for 'rope_scaling'", token);
+            return false;
+        }
+        take();
+        const std::string name(token.text);
+        if (name == "none") {
+            scaling = RopeScaling();
+            return true;
+        }
+        if (name != "linear" && name != "llama3") {
+            error(token.where, "unknown rope_scaling '" + name + "'" +
+                                   did_you_mean(name, {"none", "linear", "llama3"}) +
+                                   "; expected none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)");
+            return false;
+        }
+        const bool llama3 = name == "llama3";
+        if (!expect_symbol("(", "'(' after '" + name + "'"))
+            return false;
+        scaling.kind = llama3 ? RopeScaling::Kind::llama3 : RopeScaling::Kind::linear;
+        if (!parse_number_value("the factor of " + name, scaling.factor))
+            return false;
+        if (llama3 &&
+            !(expect_symbol(",", "',' after the factor") &&
+              parse_number_value("low_freq_factor", scaling.low_freq_factor) &&
+              expect_symbol(",", "',' after low_freq_factor") &&
+              parse_number_value("high_freq_factor", scaling.high_freq_factor) &&
+              expect_symbol(",", "',' after high_freq_factor") &&
+              parse_int("original_max_positions (an integer)", scaling.original_max_positions)))
+            return false;
+        return expect_symbol(")", llama3 ? "')' after original_max_positions"
+                                         : "')' after the factor (linear takes one value)");
+    }
+
+    bool expect_symbol(const char *symbol, const std::string &what) {
+        if (!peek().is_symbol(symbol)) {
+            expected(what, peek());
+            return false;
+        }
+        take();
+        return true;
     }
 
     bool parse_bool_value(const std::string &field, bool &value) {

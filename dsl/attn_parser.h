@@ -13,7 +13,10 @@
 //             mask = none | term { '+' term },
 //               term := causal | padding | window '(' INTEGER ')' | additive | '(' expr ')';
 //             scale = a constant expr over numbers, head_dim, model_dim, heads, kv_heads;
-//             score_mod = expr
+//             score_mod = expr;
+//             rope = none | neox | interleaved;  rope_theta = NUMBER;  rotary_dim = INTEGER;
+//             rope_scaling = none | linear '(' NUMBER ')'
+//                          | llama3 '(' NUMBER ',' NUMBER ',' NUMBER ',' INTEGER ')'
 //   expr   := from loosest to tightest: || ; && ; == != < <= > >= (not chained) ; + - ;
 //             * / % ; prefix - ! ; f(args) and t[indices] ; INTEGER, REAL, true, false,
 //             NAME, '(' expr ')'. Newlines are ignored inside brackets and after an operator.

@@ -79,6 +79,15 @@ std::string to_attn(const AttentionSpec &spec) {
         line("mask = " + mask_text(spec));
     if (spec.scale)
         line("scale = " + to_string(*number(*spec.scale)));
+    if (spec.rope.any()) {
+        line("rope = " + std::string(to_string(spec.rope.kind)));
+        if (spec.rope.theta != RopeSpec().theta)
+            line("rope_theta = " + number_text(spec.rope.theta));
+    }
+    if (spec.rope.rotary_dim != 0)
+        line("rotary_dim = " + std::to_string(spec.rope.rotary_dim));
+    if (spec.rope.scaling.kind != RopeScaling::Kind::none)
+        line("rope_scaling = " + to_string(spec.rope.scaling));
     if (spec.score_mod)
         line("score_mod = " + to_string(*spec.score_mod));
     return text + "}\n";

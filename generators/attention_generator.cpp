@@ -34,6 +34,10 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<bool> bias{"bias", false};
     GeneratorParam<bool> cross{"cross", false};
     GeneratorParam<std::string> mask{"mask", "none"};
+    GeneratorParam<std::string> rope{"rope", "none"};
+    GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
+    GeneratorParam<int> rotary_dim{"rotary_dim", 0};
+    GeneratorParam<std::string> rope_scaling{"rope_scaling", "none"};
     /** Alternatively, a .attn file and the layer of it to generate (the keys above unset). */
     GeneratorParam<std::string> spec_file{"spec", ""};
     GeneratorParam<std::string> layer{"layer", ""};
@@ -67,7 +71,11 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"projections", projections},
                       {"bias", bias ? "true" : "false"},
                       {"cross", cross ? "true" : "false"},
-                      {"mask", mask}};
+                      {"mask", mask},
+                      {"rope", rope},
+                      {"rope_theta", rope_theta},
+                      {"rotary_dim", std::to_string(int(rotary_dim))},
+                      {"rope_scaling", rope_scaling}};
         }
         LayerSource source = load_layer(params);
         if (!source.spec)

@@ -21,6 +21,20 @@ const char *runtime_dtype(DType dtype) {
     return "attngen::DType::f32";
 }
 
+/** The layer's attngen::RopeInfo as an initializer. */
+std::string rope_info(const AttentionSpec &spec) {
+    const RopeSpec &rope = spec.rope;
+    const char *scaling = rope.scaling.kind == RopeScaling::Kind::linear   ? "linear"
+                          : rope.scaling.kind == RopeScaling::Kind::llama3 ? "llama3"
+                                                                           : "none";
+    return fmt::format(
+        "{{attngen::RopeKind::{}, {:.17g}, {}, attngen::RopeScalingKind::{}, {:.17g}, "
+        "{:.17g}, {:.17g}, {}}}",
+        to_string(rope.kind), rope.theta, rope.any() ? spec.resolved_rotary_dim() : 0, scaling,
+        rope.scaling.factor, rope.scaling.low_freq_factor, rope.scaling.high_freq_factor,
+        rope.scaling.original_max_positions);
+}
+
 const char *cpp_bool(bool value) {
     return value ? "true" : "false";
 }
@@ -200,7 +214,7 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
     return fmt::format(
         R"(// The attention layer '{name}':
 // heads={heads} kv_heads={kv_heads} head_dim={head_dim} model_dim={model_dim} scale={scale:.17g}
-// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}
+// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{rope_comment}
 {expression_comment}
 extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 
@@ -213,7 +227,7 @@ inline const attngen::Layer &{name}_layer() {{
 {extras_decl}    static const attngen::Layer layer{{
         {{"{name}", {model_dim}, {heads}, {kv_heads}, {head_dim}, {scale:.17g}, {rt_dtype},
          {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive},
-         {expressions}, {extras_ptr}, {extra_count}}},
+         {expressions}, {extras_ptr}, {extra_count}, {rope}}},
         {halide}_metadata,
         variants,
         {variant_count}}};
@@ -250,7 +264,14 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
                                                  "= {\n" +
                                                      extras + "    };\n"),
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
-        fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()));
+        fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
+        fmt::arg("rope", rope_info(spec)),
+        fmt::arg("rope_comment",
+                 spec.rope.any() ? "\n// rope=" + std::string(to_string(spec.rope.kind)) +
+                                       " rope_theta=" + fmt::format("{:.17g}", spec.rope.theta) +
+                                       " rotary_dim=" + std::to_string(spec.resolved_rotary_dim()) +
+                                       " rope_scaling=" + to_string(spec.rope.scaling)
+                                 : std::string()));
 }
 
 } // namespace attngen

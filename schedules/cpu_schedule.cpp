@@ -449,6 +449,22 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     s.weighted_sum.update().reorder(d, s.r_chunks.x).vectorize(d, d_vec);
 }
 
+/**
+ * Rotary embeddings: the table and the rotated queries and keys at root, so that each is
+ * computed once per call (inlined, the rotation would run once per score), in parallel tasks.
+ */
+void schedule_rope(AttentionStages &s, int lanes) {
+    if (!s.rope_table.defined())
+        return;
+    Var positions{"rope_positions"}, task{"rope_task"};
+    s.rope_table.compute_root()
+        .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
+        .parallel(positions);
+    const int d_vec = vector_width_dividing(s.spec.resolved_head_dim(), lanes);
+    for (Func rotated : {s.q_rope, s.k_rope})
+        rotated.compute_root().fuse(s.h, s.b, task).parallel(task).vectorize(s.d, d_vec);
+}
+
 } // namespace
 
 int cpu_default_kv_chunk(const std::string &shape_class) {
@@ -515,6 +531,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
         d_block *= 2;
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    schedule_rope(s, lanes);
 
     if (s.spec.projections.any()) {
         const int model_dim = s.spec.resolved_model_dim();

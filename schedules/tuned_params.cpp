@@ -51,8 +51,12 @@ bool is_shape_class(const std::string &name) {
 
 std::string spec_hash(const AttentionSpec &spec) {
     std::string canonical;
-    for (const auto &entry : spec_to_params(spec))
-        canonical += entry.first + "=" + entry.second + ";";
+    for (const auto &entry : spec_to_params(spec)) {
+        // Without rotary embeddings, the hash of every layer from before they existed.
+        const bool rope_field = entry.first.rfind("rope", 0) == 0 || entry.first == "rotary_dim";
+        if (!rope_field || spec.rope.any())
+            canonical += entry.first + "=" + entry.second + ";";
+    }
     if (spec.score_mod)
         canonical += "score_mod=" + to_string(*spec.score_mod) + ";";
     for (const ModExprPtr &predicate : spec.mask_predicates)

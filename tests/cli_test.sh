@@ -98,6 +98,13 @@ expect 0 "compile with schedule parameters written key=value, as --help shows th
 
 expect 0 "run softcap" "$attngen" run "$spec" --layer softcap --shape 2,19,23 --scalar cap=0.8 --runs 2
 contains "$work/out.txt" ": ok" "run checks against the reference"
+llama=$source/tests/specs/llama.attn
+expect 0 "run rotary embeddings after projections" "$attngen" run "$llama" --layer llama_gqa \
+    --shape 2,37 --runs 1
+contains "$work/out.txt" ": ok" "run checks rotary embeddings against the reference"
+expect 0 "run partial interleaved rotary embeddings, split-KV" "$attngen" run "$llama" \
+    --layer gptj_partial --shape 1,3,300 --runs 1 --schedule-params kv_chunk=64
+contains "$work/out.txt" ": ok" "run checks the split-KV rotary layer against the reference"
 expect 0 "run documents" "$attngen" run "$spec" --layer documents --shape 1,33 --runs 1
 expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alibi --shape 1,4 \
     --scalar cap=2

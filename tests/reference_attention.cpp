@@ -36,7 +36,52 @@ std::vector<double> split_heads(const std::vector<double> &y, int batch, int len
     return out;
 }
 
+/** The inverse frequency of rotary pair i, from the definitions. */
+double inverse_frequency(const ReferenceRope &rope, int i) {
+    const double pi = std::acos(-1.0);
+    const double base = 1.0 / std::pow(rope.theta, 2.0 * i / rope.rotary_dim);
+    if (rope.scaling == ReferenceRope::Scaling::linear)
+        return base / rope.factor;
+    if (rope.scaling != ReferenceRope::Scaling::llama3)
+        return base;
+    // Llama 3.1 (Hugging Face's _compute_llama3_parameters): wavelengths above
+    // original / low_freq_factor are scaled down, those below original / high_freq_factor
+    // kept, and those between interpolated.
+    const double wavelength = 2 * pi / base;
+    const double low_wavelength = rope.original_max_positions / rope.low_freq_factor;
+    const double high_wavelength = rope.original_max_positions / rope.high_freq_factor;
+    if (wavelength < high_wavelength)
+        return base;
+    if (wavelength > low_wavelength)
+        return base / rope.factor;
+    const double smooth = (rope.original_max_positions / wavelength - rope.low_freq_factor) /
+                          (rope.high_freq_factor - rope.low_freq_factor);
+    return (1 - smooth) * base / rope.factor + smooth * base;
+}
+
 } // namespace
+
+void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch, int heads,
+                    int len, int dim, int offset) {
+    if (rope.layout == ReferenceRope::Layout::none)
+        return;
+    const int half = rope.rotary_dim / 2;
+    for (int b = 0; b < batch; b++)
+        for (int h = 0; h < heads; h++)
+            for (int l = 0; l < len; l++) {
+                double *row = &x[((static_cast<size_t>(b) * heads + h) * len + l) * dim];
+                for (int i = 0; i < half; i++) {
+                    const double angle = (l + offset) * inverse_frequency(rope, i);
+                    // The pair (x1, x2) turns to (x1 cos - x2 sin, x2 cos + x1 sin).
+                    const bool neox = rope.layout == ReferenceRope::Layout::neox;
+                    double &x1 = row[neox ? i : 2 * i];
+                    double &x2 = row[neox ? i + half : 2 * i + 1];
+                    const double a = x1, c = x2;
+                    x1 = a * std::cos(angle) - c * std::sin(angle);
+                    x2 = c * std::cos(angle) + a * std::sin(angle);
+                }
+            }
+}
 
 std::vector<double> reference_attention(const ReferenceProblem &p) {
     const int B = p.batch, H = p.heads, Hkv = p.kv_heads, D = p.head_dim;
@@ -49,6 +94,8 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
         K = split_heads(linear(kv_in, B * Lk, M, p.wk, p.bk, Hkv * D), B, Lk, Hkv, D);
         V = split_heads(linear(kv_in, B * Lk, M, p.wv, p.bv, Hkv * D), B, Lk, Hkv, D);
     }
+    reference_rope(p.rope, Q, B, H, Lq, D, Lk - Lq);
+    reference_rope(p.rope, K, B, Hkv, Lk, D, 0);
 
     std::vector<double> O(static_cast<size_t>(B) * H * Lq * D, 0.0);
     std::vector<double> weights(Lk);

@@ -7,6 +7,20 @@
 
 namespace attngen_test {
 
+/**
+ * Rotary position embeddings, as Hugging Face's and GPT-J's code define them: pair i of the
+ * first rotary_dim features turns by position * inv_freq(i), inv_freq(i) = theta^(-2i /
+ * rotary_dim), divided by `factor` (linear) or by Llama 3.1's rule (llama3).
+ */
+struct ReferenceRope {
+    enum class Layout { none, neox, interleaved } layout = Layout::none;
+    double theta = 10000.0;
+    int rotary_dim = 0;
+    enum class Scaling { none, linear, llama3 } scaling = Scaling::none;
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int original_max_positions = 8192;
+};
+
 /** One problem, tensors row-major as the runtime's users hold them, widened to double. */
 struct ReferenceProblem {
     int batch = 1, heads = 1, kv_heads = 1, head_dim = 1, model_dim = 0;
@@ -27,7 +41,13 @@ struct ReferenceProblem {
     std::function<double(double score, int b, int h, int q, int k)> score_mod;
     /** A custom mask: key k is visible to query q only where it returns true; none if empty. */
     std::function<bool(int b, int h, int q, int k)> visible;
+    /** Applied to Q and K after the projections; a query's position is q + Lk - Lq. */
+    ReferenceRope rope;
 };
+
+/** `x` (B, heads, L, D) rotated in place, row l at position l + offset. */
+void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch, int heads,
+                    int len, int dim, int offset);
 
 /** The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. */
 std::vector<double> reference_attention(const ReferenceProblem &problem);

@@ -678,3 +678,29 @@ TEST_CASE("very long lines are shown cut, and very long names are refused") {
                     "long: 300 characters, the limit is 256\n") == 0);
     CHECK(errors_of("attention " + std::string(256, 'n') + " { heads = 1; head_dim = 8 }").empty());
 }
+
+TEST_CASE("rotary embedding fields parse, print back, and name their errors where written") {
+    AttentionSpec layer = one_layer("attention llama {\n"
+                                    "    model_dim = 256; heads = 8; kv_heads = 2\n"
+                                    "    projections = q, k, v, out; mask = causal\n"
+                                    "    rope = neox; rope_theta = 500000.0; rotary_dim = 16\n"
+                                    "    rope_scaling = llama3(8, 1.0, 4, 8192)\n"
+                                    "}\n");
+    CHECK(layer.rope.kind == attngen::RopeKind::neox);
+    CHECK(layer.rope.theta == 500000.0);
+    CHECK(layer.rope.rotary_dim == 16);
+    CHECK(layer.rope.scaling.kind == attngen::RopeScaling::Kind::llama3);
+    CHECK(layer.rope.scaling.factor == 8.0);
+    CHECK(layer.rope.scaling.high_freq_factor == 4.0);
+    CHECK(layer.rope.scaling.original_max_positions == 8192);
+    check_round_trip(layer);
+    CHECK(to_attn(layer).find("    rope = neox\n    rope_theta = 500000\n    rotary_dim = 16\n"
+                              "    rope_scaling = llama3(8, 1, 4, 8192)\n") != std::string::npos);
+
+    AttentionSpec linear = one_layer("attention gptj { heads = 4; head_dim = 64\n"
+                                     "  rope = interleaved; rope_scaling = linear(2.5) }");
+    CHECK(linear.rope.kind == attngen::RopeKind::interleaved);
+    CHECK(linear.rope.scaling.kind == attngen::RopeScaling::Kind::linear);
+    CHECK(linear.rope.scaling.factor == 2.5);
+    check_round_trip(linear);
+}

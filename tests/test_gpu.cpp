@@ -13,9 +13,11 @@
 #include "g_d16_mqa_padding.h"
 #include "g_d32_all_masks.h"
 #include "g_d32_decode_masks.h"
+#include "g_d32_rope_decode.h"
 #include "g_d32_shared_heads.h"
 #include "g_d64_gqa_causal.h"
 #include "g_d64_gqa_decode.h"
+#include "g_mha_rope.h"
 #include "g_mha_self.h"
 #include "t_d16_plain.h"
 #if ATTNGEN_TEST_CUDA
@@ -111,6 +113,14 @@ TEST_CASE("GPU split-KV decode form: grouped-query, causal and padding, several 
 
 TEST_CASE("GPU split-KV decode form: every mask kind combined, default chunks") {
     check_on_gpu(g_d32_decode_masks_layer(), 510);
+}
+
+TEST_CASE("GPU schedule: rotary embeddings (neox, partial) after projections, causal") {
+    check_on_gpu(g_mha_rope_layer(), 515);
+}
+
+TEST_CASE("GPU split-KV decode form: interleaved rotary embeddings with llama3 scaling") {
+    check_on_gpu(g_d32_rope_decode_layer(), 516);
 }
 
 #if ATTNGEN_TEST_CUDA

@@ -746,3 +746,32 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
         }
     }
 }
+
+TEST_CASE("rotary embeddings are computed once per call, not once per score") {
+    // Inlined, the rotation (a table lookup and a partner feature per element) would run inside
+    // every dot product: each schedule stores the table and the rotated q and k instead, and the
+    // scores read them.
+    auto rope_layer = [](std::map<std::string, std::string> params) {
+        params.insert({{"heads", "4"}, {"kv_heads", "2"}, {"mask", "causal"}, {"rope", "neox"}});
+        return params;
+    };
+    const std::map<std::string, std::string> plain = rope_layer({{"head_dim", "64"}});
+    const std::map<std::string, std::string> projected =
+        rope_layer({{"model_dim", "128"}, {"projections", "q,k,v"}});
+    struct Case {
+        std::map<std::string, std::string> params;
+        std::string schedule_params;
+    };
+    for (const Case &c : {Case{plain, ""}, Case{plain, "key_chunk=0"}, Case{plain, "kv_chunk=64"},
+                          Case{projected, ""}, Case{projected, "fused_qkv=1"}}) {
+        INFO((c.params.count("projections") ? "projections" : "per-head inputs")
+             << ", schedule parameters '" << c.schedule_params << "'");
+        StoresInto table("rope_table"), queries("q_rope"), keys("k_rope");
+        for (const Stmt &body : lower_layer(c.params, c.schedule_params))
+            for (StoresInto *stage : {&table, &queries, &keys})
+                body.accept(stage);
+        CHECK(table.count > 0);
+        CHECK(queries.count > 0);
+        CHECK(keys.count > 0);
+    }
+}

@@ -3,7 +3,9 @@
 #include "test_support.h"
 
 #include "t_d32_gqa_causal.h"
+#include "t_d32_rope_neox.h"
 #include "t_d64_all_masks.h"
+#include "t_mha_rope.h"
 #include "t_mha_self.h"
 
 #include <catch2/catch.hpp>
@@ -41,7 +43,8 @@ TEST_CASE("each variant of a multi-target library runs and matches the reference
     AutomaticDispatchOnExit restore;
     const uint32_t seed = test_seed(2024);
     INFO("seed " << seed);
-    for (const attngen::Layer *layer : {&t_d64_all_masks_layer(), &t_mha_self_layer()}) {
+    for (const attngen::Layer *layer : {&t_d64_all_masks_layer(), &t_mha_self_layer(),
+                                        &t_d32_rope_neox_layer(), &t_mha_rope_layer()}) {
         Problem problem(layer->info, 2, 19, 23, seed);
         std::vector<double> want = reference_attention(problem.reference());
         // A first call on automatic dispatch, so that forcing has to work after it.

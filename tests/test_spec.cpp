@@ -147,3 +147,93 @@ TEST_CASE("parameters round-trip and malformed ones name their key") {
           "mask: expected 'none' or causal, padding, window(N), additive joined with '+', got "
           "'causal+'");
 }
+
+TEST_CASE("rotary embeddings: defaults, the rules on their fields, and their text forms") {
+    AttentionSpec spec = sdpa(4, 64);
+    spec.rope.kind = attngen::RopeKind::neox;
+    CHECK(problems(spec).empty());
+    CHECK(spec.resolved_rotary_dim() == 64);
+
+    spec.rope.rotary_dim = 33;
+    CHECK(problems(spec) == "rotary_dim: must be even and in 2..head_dim (64), got 33");
+    spec.rope.rotary_dim = 66;
+    CHECK(problems(spec) == "rotary_dim: must be even and in 2..head_dim (64), got 66");
+    AttentionSpec odd = sdpa(2, 17);
+    odd.rope.kind = attngen::RopeKind::interleaved;
+    CHECK(problems(odd) == "rotary_dim: must be even and in 2..head_dim (17), as head_dim is by "
+                           "default, got 17");
+    spec.rope.rotary_dim = 32;
+    spec.rope.theta = 1.0;
+    CHECK(problems(spec) == "rope_theta: must be a finite number above 1, got 1");
+    spec.rope.theta = 500000.0;
+    spec.rope.scaling.kind = attngen::RopeScaling::Kind::llama3;
+    spec.rope.scaling.factor = 8.0;
+    spec.rope.scaling.low_freq_factor = 4.0;
+    spec.rope.scaling.high_freq_factor = 4.0;
+    CHECK(problems(spec) == "rope_scaling: llama3 needs 0 < low_freq_factor < high_freq_factor, "
+                            "got 4 and 4");
+    spec.rope.scaling.low_freq_factor = 1.0;
+    spec.rope.scaling.factor = 0.0;
+    CHECK(problems(spec) == "rope_scaling: factor must be a finite number above 0, got 0");
+    spec.rope.scaling.factor = 8.0;
+    CHECK(problems(spec).empty());
+
+    AttentionSpec without = sdpa(4, 64);
+    without.rope.rotary_dim = 32;
+    without.rope.scaling.kind = attngen::RopeScaling::Kind::linear;
+    CHECK(problems(without) ==
+          "rotary_dim: needs rope = neox or interleaved; the layer has rope = none\n"
+          "rope_scaling: needs rope = neox or interleaved; the layer has rope = none");
+
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params({{"heads", "4"},
+                                                      {"head_dim", "64"},
+                                                      {"rope", "interleaved"},
+                                                      {"rope_theta", "500000"},
+                                                      {"rotary_dim", "32"},
+                                                      {"rope_scaling", "llama3(8, 1, 4, 8192)"}},
+                                                     errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.rope.kind == attngen::RopeKind::interleaved);
+    CHECK(parsed.rope.scaling.original_max_positions == 8192);
+    CHECK(attngen::spec_to_params(parsed).at("rope_scaling") == "llama3(8, 1, 4, 8192)");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(attngen::spec_to_params(round_trip) == attngen::spec_to_params(parsed));
+
+    attngen::spec_from_params(
+        {{"rope", "yarn"}, {"rope_theta", "big"}, {"rope_scaling", "llama3(8, 1, 4)"}}, errors);
+    CHECK(attngen::describe_errors(errors) ==
+          "rope: expected none, neox or interleaved, got 'yarn'\n"
+          "rope_theta: expected a number, got 'big'\n"
+          "rope_scaling: expected none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL), got "
+          "'llama3(8, 1, 4)'");
+}
+
+TEST_CASE("rotary frequencies follow theta, linear scaling and llama3's three bands") {
+    attngen::RopeSpec rope;
+    rope.kind = attngen::RopeKind::neox;
+    rope.theta = 10000.0;
+    std::vector<double> plain = attngen::rope_inverse_frequencies(rope, 8);
+    REQUIRE(plain.size() == 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(plain[i] == Approx(std::pow(10000.0, -i / 4.0)).epsilon(1e-15));
+
+    rope.scaling.kind = attngen::RopeScaling::Kind::linear;
+    rope.scaling.factor = 4.0;
+    std::vector<double> linear = attngen::rope_inverse_frequencies(rope, 8);
+    for (int i = 0; i < 4; i++)
+        CHECK(linear[i] == Approx(plain[i] / 4.0).epsilon(1e-15));
+
+    // Original context 100, bands at wavelengths 100 / 1 and 100 / 4 = 25: wavelengths 2 pi
+    // (pair 0, kept), 62.8 (pair 1, blended) and 628 and 6283 (pairs 2 and 3, divided).
+    rope.scaling = {attngen::RopeScaling::Kind::llama3, 8.0, 1.0, 4.0, 100};
+    std::vector<double> llama3 = attngen::rope_inverse_frequencies(rope, 8);
+    const double pi = std::acos(-1.0);
+    CHECK(llama3[0] == plain[0]);
+    const double smooth = (100.0 / (2 * pi / plain[1]) - 1.0) / (4.0 - 1.0);
+    CHECK(llama3[1] == Approx((1 - smooth) * plain[1] / 8.0 + smooth * plain[1]).epsilon(1e-15));
+    CHECK(llama3[2] == Approx(plain[2] / 8.0).epsilon(1e-15));
+    CHECK(llama3[3] == Approx(plain[3] / 8.0).epsilon(1e-15));
+}

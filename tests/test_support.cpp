@@ -279,6 +279,21 @@ ReferenceProblem Problem::reference() const {
     p.bo = widen(bo);
     p.key_lengths.assign(key_lengths.ints.begin(), key_lengths.ints.end());
     p.attn_bias = widen(attn_bias);
+    const attngen::RopeInfo &rope = info.rope;
+    using Layout = ReferenceRope::Layout;
+    using Scaling = ReferenceRope::Scaling;
+    p.rope.layout = rope.kind == attngen::RopeKind::neox          ? Layout::neox
+                    : rope.kind == attngen::RopeKind::interleaved ? Layout::interleaved
+                                                                  : Layout::none;
+    p.rope.theta = rope.theta;
+    p.rope.rotary_dim = rope.rotary_dim;
+    p.rope.scaling = rope.scaling == attngen::RopeScalingKind::linear   ? Scaling::linear
+                     : rope.scaling == attngen::RopeScalingKind::llama3 ? Scaling::llama3
+                                                                        : Scaling::none;
+    p.rope.factor = rope.factor;
+    p.rope.low_freq_factor = rope.low_freq_factor;
+    p.rope.high_freq_factor = rope.high_freq_factor;
+    p.rope.original_max_positions = rope.original_max_positions;
     return p;
 }
 

@@ -244,6 +244,20 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
     problem.out_projection = spec.projections.out;
     problem.bias = spec.projections.bias;
     problem.cross = spec.cross_attention;
+    using Rope = attngen_test::ReferenceRope;
+    const RopeSpec &rope = spec.rope;
+    problem.rope.layout = rope.kind == RopeKind::neox          ? Rope::Layout::neox
+                          : rope.kind == RopeKind::interleaved ? Rope::Layout::interleaved
+                                                               : Rope::Layout::none;
+    problem.rope.theta = rope.theta;
+    problem.rope.rotary_dim = spec.resolved_rotary_dim();
+    problem.rope.scaling = rope.scaling.kind == RopeScaling::Kind::linear   ? Rope::Scaling::linear
+                           : rope.scaling.kind == RopeScaling::Kind::llama3 ? Rope::Scaling::llama3
+                                                                            : Rope::Scaling::none;
+    problem.rope.factor = rope.scaling.factor;
+    problem.rope.low_freq_factor = rope.scaling.low_freq_factor;
+    problem.rope.high_freq_factor = rope.scaling.high_freq_factor;
+    problem.rope.original_max_positions = rope.scaling.original_max_positions;
     auto values = [&](const char *name) {
         auto found = inputs.find(name);
         return found == inputs.end() ? std::vector<double>() : found->second.values;

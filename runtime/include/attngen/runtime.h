@@ -117,6 +117,18 @@ struct ExtraArgument {
     int dims[4]; ///< outermost first: a fixed extent, or dim_batch, dim_queries, dim_keys
 };
 
+/** A layer's rotary embeddings (its `rope` fields; the language reference defines them). */
+enum class RopeKind { none, neox, interleaved };
+enum class RopeScalingKind { none, linear, llama3 };
+struct RopeInfo {
+    RopeKind kind = RopeKind::none;
+    double theta = 10000.0;
+    int rotary_dim = 0; ///< the resolved value: head_dim unless partial
+    RopeScalingKind scaling = RopeScalingKind::none;
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int original_max_positions = 8192;
+};
+
 /** What a layer was generated for. Written into each generated header. */
 struct LayerInfo {
     const char *name;
@@ -137,6 +149,7 @@ struct LayerInfo {
     const char *expressions;     ///< score_mod and mask predicates as text, "" if none
     const ExtraArgument *extras; ///< the declared tensors and scalars
     int extra_count;
+    RopeInfo rope;
 };
 
 /** Where a layer variant runs. */
