@@ -49,10 +49,18 @@ Expr f32(const Expr &value) {
  * and a frequency loses it (at position 4096 by up to 2.4e-4 radians), so the angle is reduced
  * exactly in integers: the pair's frequency in turns per position, frac(frequency / 2 pi), is
  * a 64-bit fixed-point constant (computed in double when the pipeline is built), and the
- * position times it, modulo 2^64, is the angle's turns. Its top 24 bits give an f32 angle in
- * [-pi, pi) within about 4e-7 radians at every position, on every target (no f64 needed).
+ * position times it, modulo 2^64, is the angle's turns (turns_cos_sin). With rope = table the
+ * caller's rope_cos and rope_sin are the table.
  */
-void define_rope_table(AttentionStages &s, const AttentionSpec &spec) {
+void define_rope_table(AttentionStages &s, const AttentionSpec &spec, const AttentionInputs &in) {
+    if (spec.rope.table) {
+        // The caller's tables, a row per key position; clamped, for the rows a schedule rounds
+        // a tile past (queries sit at key positions: the runtime refuses Lq > Lk).
+        Expr row = Halide::clamp(s.position, 0, in.key_len - 1);
+        s.rope_table(s.pair, s.position) =
+            Halide::Tuple(in.rope_cos(s.pair, row), in.rope_sin(s.pair, row));
+        return;
+    }
     constexpr double pi = 3.14159265358979323846;
     std::vector<Expr> turns_per_position;
     for (double frequency : rope_inverse_frequencies(spec.rope, spec.resolved_rotary_dim())) {
@@ -65,10 +73,7 @@ void define_rope_table(AttentionStages &s, const AttentionSpec &spec) {
                                                : Halide::mux(s.pair, turns_per_position);
     // Two's complement: a negative position (a query before the first key) turns backwards.
     Expr turns = Halide::cast<uint64_t>(Halide::cast<int64_t>(s.position)) * step;
-    // The top 24 bits as a signed fraction of a turn in [-1/2, 1/2).
-    Expr fraction = f32(Halide::cast<int32_t>(Halide::cast<uint32_t>(turns >> 40) << 8) >> 8);
-    Expr angle = fraction * static_cast<float>(2 * pi / (1 << 24));
-    s.rope_table(s.pair, s.position) = Halide::Tuple(Halide::cos(angle), Halide::sin(angle));
+    s.rope_table(s.pair, s.position) = turns_cos_sin(turns);
 }
 
 /**
@@ -514,6 +519,28 @@ Expr softmax_exp2(const Expr &x) {
     return polynomial * Halide::reinterpret<float>((n + 127) << 23);
 }
 
+Halide::Tuple turns_cos_sin(const Expr &turns) {
+    // The nearest quarter turn (the top two bits after adding an eighth) and the rest, a signed
+    // fraction of a turn in [-1/8, 1/8): an angle r in [-pi/4, pi/4], from its top 32 bits.
+    Expr eighth = Halide::Internal::make_const(Halide::UInt(64), uint64_t(1) << 61);
+    Expr quadrant = Halide::cast<int32_t>((turns + eighth) >> 62);
+    Expr rest = Halide::cast<int64_t>(turns - (Halide::cast<uint64_t>(quadrant) << 62));
+    constexpr double pi = 3.14159265358979323846;
+    Expr r = f32(Halide::cast<int32_t>(rest >> 32)) * static_cast<float>(2 * pi / 4294967296.0);
+    // Cephes' single-precision sinf and cosf polynomials on [-pi/4, pi/4].
+    Expr z = r * r;
+    Expr sin = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
+    Expr cos =
+        1.0f - 0.5f * z +
+        z * z * (4.166664568298827e-2f + z * (-1.388731625493765e-3f + z * 2.443315711809948e-5f));
+    // A quarter turn more maps (cos, sin) to (-sin, cos).
+    Expr cos_turned =
+        Halide::select(quadrant == 0, cos, quadrant == 1, -sin, quadrant == 2, -cos, sin);
+    Expr sin_turned =
+        Halide::select(quadrant == 0, sin, quadrant == 1, cos, quadrant == 2, -sin, -cos);
+    return Halide::Tuple(cos_turned, sin_turned);
+}
+
 Expr softmax_exp(const Expr &x) {
     return softmax_exp2(Halide::min(x * 1.44269504f, 0.0f));
 }
@@ -544,7 +571,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // their positions, a query's aligned among the keys as the causal mask aligns it; the
     // attention stages read row `q_at` of q_rope.
     auto rotate_heads = [&](const Func &queries, const Func &keys, const Expr &q_at) {
-        define_rope_table(s, spec);
+        define_rope_table(s, spec, in);
         s.q_rope(d, q, h, b) =
             rotated(s, spec, queries, d, q, h, b, q + (in.key_len - in.query_len));
         s.k_rope(d, k, h, b) = rotated(s, spec, keys, d, k, h, b, k);

@@ -115,10 +115,19 @@ template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &
     const RopeScaling &scaling = rope.scaling;
     if (!rope.any()) {
         if (rope.rotary_dim != 0)
-            fail("rotary_dim", "needs rope = neox or interleaved; the layer has rope = none");
+            fail("rotary_dim", "needs rope (neox, interleaved or a table); the layer has none");
         if (scaling.kind != RopeScaling::Kind::none)
-            fail("rope_scaling", "needs rope = neox or interleaved; the layer has rope = none");
+            fail("rope_scaling", "needs rope = neox or interleaved; the layer has none");
         return;
+    }
+    if (rope.table) {
+        // The tables carry the angles: a frequency setting would be silently ignored.
+        if (rope.theta != RopeSpec().theta)
+            fail("rope_theta", "has no effect with rope = " + rope_text(rope) +
+                                   ": the tables rope_cos and rope_sin carry the angles");
+        if (scaling.kind != RopeScaling::Kind::none)
+            fail("rope_scaling", "has no effect with rope = " + rope_text(rope) +
+                                     ": the tables rope_cos and rope_sin carry the angles");
     }
     if (!std::isfinite(rope.theta) || rope.theta <= 1.0)
         fail("rope_theta", "must be a finite number above 1, got " + number_text(rope.theta));
@@ -185,11 +194,29 @@ const char *to_string(RopeKind kind) {
     return "none";
 }
 
-std::optional<RopeKind> parse_rope_kind(const std::string &text) {
+std::string rope_text(const RopeSpec &rope) {
+    if (!rope.table)
+        return to_string(rope.kind);
+    return rope.kind == RopeKind::interleaved ? "table(interleaved)" : "table";
+}
+
+bool parse_rope(const std::string &text, RopeSpec &rope) {
+    std::string body = trim(text);
+    bool table = false;
+    if (body == "table") {
+        body = "neox";
+        table = true;
+    } else if (body.rfind("table(", 0) == 0 && body.back() == ')') {
+        body = trim(body.substr(6, body.size() - 7));
+        table = true;
+    }
     for (RopeKind kind : {RopeKind::none, RopeKind::neox, RopeKind::interleaved})
-        if (trim(text) == to_string(kind))
-            return kind;
-    return std::nullopt;
+        if (body == to_string(kind) && !(table && kind == RopeKind::none)) {
+            rope.kind = kind;
+            rope.table = table;
+            return true;
+        }
+    return false;
 }
 
 std::optional<RopeScaling> parse_rope_scaling(const std::string &text) {
@@ -499,12 +526,8 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         else
             bad("mask", "'none' or causal, padding, window(N), additive joined with '+'", *text);
     }
-    if (auto text = get("rope")) {
-        if (std::optional<RopeKind> kind = parse_rope_kind(*text))
-            spec.rope.kind = *kind;
-        else
-            bad("rope", "none, neox or interleaved", *text);
-    }
+    if (auto text = get("rope"); text && !parse_rope(*text, spec.rope))
+        bad("rope", "none, neox, interleaved, table or table(interleaved)", *text);
     if (auto text = get("rope_theta")) {
         if (std::optional<double> value = parse_number(*text))
             spec.rope.theta = *value;
@@ -539,7 +562,7 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"bias", spec.projections.bias ? "true" : "false"},
             {"cross", spec.cross_attention ? "true" : "false"},
             {"mask", to_string(spec.mask)},
-            {"rope", to_string(spec.rope.kind)},
+            {"rope", rope_text(spec.rope)},
             {"rope_theta", number_text(spec.rope.theta)},
             {"rotary_dim", std::to_string(spec.rope.rotary_dim)},
             {"rope_scaling", to_string(spec.rope.scaling)}};

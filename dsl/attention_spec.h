@@ -39,6 +39,8 @@ struct MaskSpec {
  * `neox` pairs feature i with i + rotary_dim / 2 (rotate-half: GPT-NeoX, Hugging Face's Llama);
  * `interleaved` pairs features 2i and 2i + 1 (GPT-J, Meta's original Llama). A key's position
  * is its index; a query's is aligned as the causal mask aligns it, q + (Lk - Lq).
+ * With `table`, the angles' cos and sin come from the caller's tables instead (rope_cos and
+ * rope_sin, a row per key position): any frequencies and scaling.
  */
 enum class RopeKind { none, neox, interleaved };
 
@@ -61,6 +63,7 @@ struct RopeSpec {
     double theta = 10000.0;
     int rotary_dim = 0; ///< features rotated from the first; 0 means head_dim
     RopeScaling scaling;
+    bool table = false; ///< cos and sin from run-time tables; theta and scaling unused
     bool any() const { return kind != RopeKind::none; }
 };
 
@@ -134,7 +137,10 @@ std::string number_text(double value);
 
 /** "none", "neox" or "interleaved". */
 const char *to_string(RopeKind kind);
-std::optional<RopeKind> parse_rope_kind(const std::string &text);
+/** The `rope` field: none, neox, interleaved, table (neox pairs) or table(interleaved). */
+std::string rope_text(const RopeSpec &rope);
+/** Sets rope's kind and table from rope_text's forms; false if `text` is none of them. */
+bool parse_rope(const std::string &text, RopeSpec &rope);
 
 /** "none", "linear(F)" or "llama3(F, LOW, HIGH, ORIGINAL)" (spaces allowed). */
 std::optional<RopeScaling> parse_rope_scaling(const std::string &text);

@@ -408,7 +408,7 @@ class Parser {
         if (field == "mask")
             return parse_mask_value(layer);
         if (field == "rope")
-            return parse_rope_value(spec.rope.kind);
+            return parse_rope_value(spec.rope);
         if (field == "rope_theta")
             return parse_number_value("a number for 'rope_theta'", spec.rope.theta);
         if (field == "rotary_dim")
@@ -455,22 +455,36 @@ class Parser {
         return true;
     }
 
-    bool parse_rope_value(RopeKind &kind) {
+    // none | neox | interleaved | table [ '(' neox | interleaved ')' ]
+    bool parse_rope_value(RopeSpec &rope) {
+        const char *const expected_text =
+            "none, neox, interleaved, table or table(interleaved) for 'rope'";
         const Token token = peek();
         if (token.kind != Token::Kind::name) {
-            expected("none, neox or interleaved for 'rope'", token);
+            expected(expected_text, token);
             return false;
         }
         take();
-        const std::string name(token.text);
-        std::optional<RopeKind> parsed = parse_rope_kind(name);
-        if (!parsed) {
-            error(token.where, "unknown rope '" + name + "'" +
-                                   did_you_mean(name, {"none", "neox", "interleaved"}) +
-                                   "; expected none, neox or interleaved");
+        std::string text(token.text);
+        if (text == "table" && peek().is_symbol("(")) {
+            take();
+            const Token layout = peek();
+            if (!layout.is_name("neox") && !layout.is_name("interleaved")) {
+                expected("neox or interleaved, the pairs the table turns", layout);
+                return false;
+            }
+            take();
+            if (!expect_symbol(")", "')' after the table's pairs"))
+                return false;
+            text += "(" + std::string(layout.text) + ")";
+        }
+        if (!parse_rope(text, rope)) {
+            error(token.where,
+                  "unknown rope '" + text + "'" +
+                      did_you_mean(text, {"none", "neox", "interleaved", "table"}) +
+                      "; expected none, neox, interleaved, table or table(interleaved)");
             return false;
         }
-        kind = *parsed;
         return true;
     }
 

@@ -14,8 +14,8 @@
 //               term := causal | padding | window '(' INTEGER ')' | additive | '(' expr ')';
 //             scale = a constant expr over numbers, head_dim, model_dim, heads, kv_heads;
 //             score_mod = expr;
-//             rope = none | neox | interleaved;  rope_theta = NUMBER;  rotary_dim = INTEGER;
-//             rope_scaling = none | linear '(' NUMBER ')'
+//             rope = none | neox | interleaved | table [ '(' neox | interleaved ')' ];  rope_theta
+//             = NUMBER;  rotary_dim = INTEGER; rope_scaling = none | linear '(' NUMBER ')'
 //                          | llama3 '(' NUMBER ',' NUMBER ',' NUMBER ',' INTEGER ')'
 //   expr   := from loosest to tightest: || ; && ; == != < <= > >= (not chained) ; + - ;
 //             * / % ; prefix - ! ; f(args) and t[indices] ; INTEGER, REAL, true, false,

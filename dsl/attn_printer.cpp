@@ -80,7 +80,7 @@ std::string to_attn(const AttentionSpec &spec) {
     if (spec.scale)
         line("scale = " + to_string(*number(*spec.scale)));
     if (spec.rope.any()) {
-        line("rope = " + std::string(to_string(spec.rope.kind)));
+        line("rope = " + rope_text(spec.rope));
         if (spec.rope.theta != RopeSpec().theta)
             line("rope_theta = " + number_text(spec.rope.theta));
     }

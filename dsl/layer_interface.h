@@ -19,7 +19,8 @@ struct EntryArgument {
     std::string name;
     Kind kind = Kind::buffer;
     bool is_int32 = false;    ///< else float: the spec's storage type, or f32 for declared tensors
-    bool is_declared = false; ///< a tensor or scalar the spec's expressions declared
+    bool is_declared = false; ///< f32 whatever the storage: a declared tensor or scalar, or a
+                              ///< rope table
     /** Fixed extents (symbol fixed), or the call's batch, queries or keys (never the others). */
     std::vector<TensorDim> dims;
 };

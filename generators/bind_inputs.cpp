@@ -24,6 +24,8 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     in.bo = buffer("bo");
     in.key_lengths = buffer("key_lengths");
     in.attn_bias = buffer("attn_bias");
+    in.rope_cos = buffer("rope_cos");
+    in.rope_sin = buffer("rope_sin");
 
     // Lq and Lk are the sequence extents (dimension 1) of the query and key inputs.
     const bool projected = spec.projections.any();

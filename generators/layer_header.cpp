@@ -29,10 +29,10 @@ std::string rope_info(const AttentionSpec &spec) {
                                                                            : "none";
     return fmt::format(
         "{{attngen::RopeKind::{}, {:.17g}, {}, attngen::RopeScalingKind::{}, {:.17g}, "
-        "{:.17g}, {:.17g}, {}}}",
+        "{:.17g}, {:.17g}, {}, {}}}",
         to_string(rope.kind), rope.theta, rope.any() ? spec.resolved_rotary_dim() : 0, scaling,
         rope.scaling.factor, rope.scaling.low_freq_factor, rope.scaling.high_freq_factor,
-        rope.scaling.original_max_positions);
+        rope.scaling.original_max_positions, rope.table ? "true" : "false");
 }
 
 const char *cpp_bool(bool value) {
@@ -123,6 +123,9 @@ std::string argument_docs(const AttentionSpec &spec) {
         line("key_lengths (B) int32 in [0, Lk]");
     if (spec.mask.additive)
         line("attn_bias (B, H, Lq, Lk)");
+    if (spec.rope.table)
+        line("rope_cos, rope_sin (Lk, " + std::to_string(spec.resolved_rotary_dim() / 2) +
+             ") f32: cos and sin of each rotary pair's angle at key positions 0..Lk-1");
     for (const RuntimeTensor &tensor : spec.tensors) {
         std::string dims;
         for (const TensorDim &dim : tensor.dims)
@@ -267,7 +270,7 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
         fmt::arg("rope", rope_info(spec)),
         fmt::arg("rope_comment",
-                 spec.rope.any() ? "\n// rope=" + std::string(to_string(spec.rope.kind)) +
+                 spec.rope.any() ? "\n// rope=" + rope_text(spec.rope) +
                                        " rope_theta=" + fmt::format("{:.17g}", spec.rope.theta) +
                                        " rotary_dim=" + std::to_string(spec.resolved_rotary_dim()) +
                                        " rope_scaling=" + to_string(spec.rope.scaling)

@@ -95,7 +95,9 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
                             {"bv", &args.bv},
                             {"bo", &args.bo},
                             {"key_lengths", &args.key_lengths},
-                            {"attn_bias", &args.attn_bias}};
+                            {"attn_bias", &args.attn_bias},
+                            {"rope_cos", &args.rope_cos},
+                            {"rope_sin", &args.rope_sin}};
     for (const Named &input : inputs)
         if (std::strcmp(name, input.name) == 0) {
             *data = input.tensor->data;

@@ -456,13 +456,26 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
 void schedule_rope(AttentionStages &s, int lanes) {
     if (!s.rope_table.defined())
         return;
+    const int head_dim = s.spec.resolved_head_dim(), half = s.spec.resolved_rotary_dim() / 2;
     Var positions{"rope_positions"}, task{"rope_task"};
     s.rope_table.compute_root()
         .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
-        .parallel(positions);
-    const int d_vec = vector_width_dividing(s.spec.resolved_head_dim(), lanes);
-    for (Func rotated : {s.q_rope, s.k_rope})
-        rotated.compute_root().fuse(s.h, s.b, task).parallel(task).vectorize(s.d, d_vec);
+        .parallel(positions)
+        .vectorize(s.pair, vector_width_dividing(half, lanes));
+    for (Func rotated : {s.q_rope, s.k_rope}) {
+        rotated.compute_root().fuse(s.h, s.b, task).parallel(task);
+        if (s.spec.rope.kind == RopeKind::neox) {
+            // Features in blocks of rotary_dim / 2, the blocks unrolled: in each, which half a
+            // feature is in is a constant, so its pair and partner are dense vectors, where a
+            // select between the halves per lane made them gathers.
+            Var part{"rope_part"}, within{"rope_within"};
+            rotated.split(s.d, part, within, half, TailStrategy::GuardWithIf)
+                .unroll(part)
+                .vectorize(within, vector_width_dividing(half, lanes));
+        } else {
+            rotated.vectorize(s.d, vector_width_dividing(head_dim, lanes));
+        }
+    }
 }
 
 } // namespace

@@ -70,15 +70,20 @@ void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch
         for (int h = 0; h < heads; h++)
             for (int l = 0; l < len; l++) {
                 double *row = &x[((static_cast<size_t>(b) * heads + h) * len + l) * dim];
+                const int position = l + offset;
                 for (int i = 0; i < half; i++) {
-                    const double angle = (l + offset) * inverse_frequency(rope, i);
+                    const double angle = position * inverse_frequency(rope, i);
+                    const bool table = !rope.cos_table.empty();
+                    const size_t at = static_cast<size_t>(position) * half + i;
+                    const double cos = table ? rope.cos_table.at(at) : std::cos(angle);
+                    const double sin = table ? rope.sin_table.at(at) : std::sin(angle);
                     // The pair (x1, x2) turns to (x1 cos - x2 sin, x2 cos + x1 sin).
                     const bool neox = rope.layout == ReferenceRope::Layout::neox;
                     double &x1 = row[neox ? i : 2 * i];
                     double &x2 = row[neox ? i + half : 2 * i + 1];
                     const double a = x1, c = x2;
-                    x1 = a * std::cos(angle) - c * std::sin(angle);
-                    x2 = c * std::cos(angle) + a * std::sin(angle);
+                    x1 = a * cos - c * sin;
+                    x2 = c * cos + a * sin;
                 }
             }
 }

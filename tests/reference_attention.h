@@ -19,6 +19,8 @@ struct ReferenceRope {
     enum class Scaling { none, linear, llama3 } scaling = Scaling::none;
     double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
     int original_max_positions = 8192;
+    /** rope = table: cos and sin of pair i at position p at [p * rotary_dim / 2 + i]. */
+    std::vector<double> cos_table, sin_table;
 };
 
 /** One problem, tensors row-major as the runtime's users hold them, widened to double. */

@@ -703,4 +703,10 @@ TEST_CASE("rotary embedding fields parse, print back, and name their errors wher
     CHECK(linear.rope.scaling.kind == attngen::RopeScaling::Kind::linear);
     CHECK(linear.rope.scaling.factor == 2.5);
     check_round_trip(linear);
+
+    AttentionSpec table = one_layer("attention tables { heads = 4; head_dim = 64\n"
+                                    "  rope = table(interleaved); rotary_dim = 32 }");
+    CHECK(table.rope.table);
+    CHECK(table.rope.kind == attngen::RopeKind::interleaved);
+    check_round_trip(table);
 }

@@ -11,6 +11,7 @@
 #include "c_d16_cuda_fallback.h"
 #include "g_d128_plain.h"
 #include "g_d16_mqa_padding.h"
+#include "g_d16_rope_table.h"
 #include "g_d32_all_masks.h"
 #include "g_d32_decode_masks.h"
 #include "g_d32_rope_decode.h"
@@ -121,6 +122,10 @@ TEST_CASE("GPU schedule: rotary embeddings (neox, partial) after projections, ca
 
 TEST_CASE("GPU split-KV decode form: interleaved rotary embeddings with llama3 scaling") {
     check_on_gpu(g_d32_rope_decode_layer(), 516);
+}
+
+TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {
+    check_on_gpu(g_d16_rope_table_layer(), 517);
 }
 
 #if ATTNGEN_TEST_CUDA

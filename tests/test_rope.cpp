@@ -5,10 +5,12 @@
 #include "test_support.h"
 
 #include "t_d32_rope_neox.h"
+#include "t_d32_rope_table.h"
 #include "t_d64_rope_decode.h"
 #include "t_d64_rope_llama3.h"
 #include "t_mha_rope.h"
 #include "t_mha_rope_fused.h"
+#include "t_mha_rope_table.h"
 
 #include <catch2/catch.hpp>
 
@@ -60,6 +62,65 @@ TEST_CASE("rotary embeddings between the projections and the scores, linear scal
 
 TEST_CASE("rotary embeddings on a fused Q/K/V projection") {
     check_against_reference(t_mha_rope_fused_layer(), 3305, {{2, 90, 90}});
+}
+
+TEST_CASE("rotary embeddings from the caller's tables, interleaved and partial, flash form") {
+    check_against_reference(t_d32_rope_table_layer(), 3307, long_positions);
+}
+
+TEST_CASE("rotary embeddings from the caller's tables after projections") {
+    check_against_reference(t_mha_rope_table_layer(), 3308, {{2, 130, 130}});
+}
+
+TEST_CASE("rope tables of the wrong shape, missing, or too short for the queries are refused") {
+    const attngen::Layer &layer = t_d32_rope_table_layer();
+    Problem problem(layer.info, 2, 5, 9, test_seed(3309));
+    OutputBuffer out(layer.info.dtype, problem.out_elements());
+    const std::vector<float> untouched = out.values();
+    auto refused = [&](const attngen::Arguments &args, const std::string &message) {
+        attngen::Status status = attngen::run(layer, args);
+        CHECK_FALSE(status.ok());
+        CHECK(status.message() == message);
+        CHECK(out.values() == untouched);
+    };
+
+    attngen::Arguments missing = problem.arguments(out.data());
+    missing.rope_sin = attngen::Tensor();
+    refused(missing, "attngen: layer 't_d32_rope_table' needs `rope_sin` (key length, "
+                     "rotary_dim/2) but it was not given");
+
+    HostTensor short_table = problem.rope_cos;
+    short_table.shape = {8, 12};
+    short_table.values.resize(8 * 12);
+    attngen::Arguments too_short = problem.arguments(out.data());
+    too_short.rope_cos = short_table.view();
+    refused(too_short, "attngen: `rope_cos` has key length 8 but `key` has key length 9");
+
+    HostTensor narrow = problem.rope_cos;
+    narrow.shape = {9, 8};
+    narrow.values.resize(9 * 8);
+    attngen::Arguments wrong_pairs = problem.arguments(out.data());
+    wrong_pairs.rope_cos = narrow.view();
+    refused(wrong_pairs, "attngen: `rope_cos` has rotary_dim/2 8 but layer 't_d32_rope_table' was "
+                         "generated for 12");
+
+    // More queries than keys: query 0 would sit at a negative position, before the table.
+    Problem long_queries(layer.info, 1, 10, 9, test_seed(3310));
+    OutputBuffer long_out(layer.info.dtype, long_queries.out_elements());
+    attngen::Status status = attngen::run(layer, long_queries.arguments(long_out.data()));
+    CHECK(status.message() == "attngen: `rope_cos` and `rope_sin` hold key positions 0..8, and "
+                              "query q sits at q + Lk - Lq: rope = table needs Lq <= Lk, got Lq "
+                              "10 and Lk 9");
+
+    // A layer that computes its own angles takes no tables.
+    const attngen::Layer &computed = t_d32_rope_neox_layer();
+    Problem plain(computed.info, 1, 4, 9, test_seed(3311));
+    OutputBuffer plain_out(computed.info.dtype, plain.out_elements());
+    attngen::Arguments extra = plain.arguments(plain_out.data());
+    extra.rope_cos = problem.rope_cos.view();
+    CHECK(attngen::run(computed, extra).message() ==
+          "attngen: `rope_cos` was given but layer 't_d32_rope_neox' takes no rope tables (it is "
+          "not rope = table)");
 }
 
 TEST_CASE("the reference rotation turns the written-out pairs of both layouts") {

@@ -182,8 +182,27 @@ TEST_CASE("rotary embeddings: defaults, the rules on their fields, and their tex
     without.rope.rotary_dim = 32;
     without.rope.scaling.kind = attngen::RopeScaling::Kind::linear;
     CHECK(problems(without) ==
-          "rotary_dim: needs rope = neox or interleaved; the layer has rope = none\n"
-          "rope_scaling: needs rope = neox or interleaved; the layer has rope = none");
+          "rotary_dim: needs rope (neox, interleaved or a table); the layer has none\n"
+          "rope_scaling: needs rope = neox or interleaved; the layer has none");
+
+    AttentionSpec table = sdpa(4, 64);
+    REQUIRE(attngen::parse_rope("table(interleaved)", table.rope));
+    CHECK(table.rope.table);
+    CHECK(table.rope.kind == attngen::RopeKind::interleaved);
+    CHECK(attngen::rope_text(table.rope) == "table(interleaved)");
+    CHECK(problems(table).empty());
+    table.rope.theta = 500000.0;
+    table.rope.scaling.kind = attngen::RopeScaling::Kind::linear;
+    table.rope.scaling.factor = 2.0;
+    CHECK(problems(table) ==
+          "rope_theta: has no effect with rope = table(interleaved): the tables rope_cos and "
+          "rope_sin carry the angles\n"
+          "rope_scaling: has no effect with rope = table(interleaved): the tables rope_cos and "
+          "rope_sin carry the angles");
+    REQUIRE(attngen::parse_rope("table", table.rope));
+    CHECK(table.rope.kind == attngen::RopeKind::neox);
+    CHECK(attngen::rope_text(table.rope) == "table");
+    CHECK_FALSE(attngen::parse_rope("table(none)", table.rope));
 
     std::vector<attngen::SpecError> errors;
     AttentionSpec parsed = attngen::spec_from_params({{"heads", "4"},
@@ -205,7 +224,7 @@ TEST_CASE("rotary embeddings: defaults, the rules on their fields, and their tex
     attngen::spec_from_params(
         {{"rope", "yarn"}, {"rope_theta", "big"}, {"rope_scaling", "llama3(8, 1, 4)"}}, errors);
     CHECK(attngen::describe_errors(errors) ==
-          "rope: expected none, neox or interleaved, got 'yarn'\n"
+          "rope: expected none, neox, interleaved, table or table(interleaved), got 'yarn'\n"
           "rope_theta: expected a number, got 'big'\n"
           "rope_scaling: expected none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL), got "
           "'llama3(8, 1, 4)'");

@@ -191,6 +191,19 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
             fill(tensor, attngen::DType::f32, shape, 1.0, rng);
         }
     }
+    if (info.rope.kind != attngen::RopeKind::none && info.rope.table) {
+        const int64_t pairs = info.rope.rotary_dim / 2;
+        std::uniform_real_distribution<double> angle(-3.14159, 3.14159);
+        for (HostTensor *table : {&rope_cos, &rope_sin}) {
+            table->shape = {lk, pairs};
+            table->values.resize(static_cast<size_t>(lk * pairs));
+        }
+        for (size_t i = 0; i < rope_cos.values.size(); i++) {
+            const double a = angle(rng);
+            rope_cos.values[i] = static_cast<float>(std::cos(a));
+            rope_sin.values[i] = static_cast<float>(std::sin(a));
+        }
+    }
     if (info.additive) {
         fill(attn_bias, t, {b, H, lq, lk}, 2.0, rng);
         // A few -inf entries: an additive mask can hide keys too.
@@ -223,6 +236,8 @@ attngen::Arguments Problem::arguments(void *out) const {
     args.bo = bo.view();
     args.key_lengths = key_lengths.view();
     args.attn_bias = attn_bias.view();
+    args.rope_cos = rope_cos.view();
+    args.rope_sin = rope_sin.view();
     for (const auto &entry : tensors)
         args.set_tensor(entry.first, entry.second.view());
     for (const auto &entry : scalars)
@@ -294,6 +309,8 @@ ReferenceProblem Problem::reference() const {
     p.rope.low_freq_factor = rope.low_freq_factor;
     p.rope.high_freq_factor = rope.high_freq_factor;
     p.rope.original_max_positions = rope.original_max_positions;
+    p.rope.cos_table = widen(rope_cos);
+    p.rope.sin_table = widen(rope_sin);
     return p;
 }
 
@@ -373,6 +390,11 @@ void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
     std::vector<Shape> shapes = shapes_for(seed);
     shapes.insert(shapes.end(), extra_shapes.begin(), extra_shapes.end());
     for (const Shape &shape : shapes) {
+        // A rope table's rows are key positions, and queries sit at q + Lk - Lq: such a layer
+        // refuses Lq > Lk (test_rope.cpp checks the refusal).
+        const bool own_keys = layer.info.projections && !layer.info.cross_attention;
+        if (layer.info.rope.table && !own_keys && shape.query_len > shape.key_len)
+            continue;
         Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len, ++problem_seed);
         OutputBuffer out(layer.info.dtype, problem.out_elements());
         attngen::Status status = attngen::run(layer, problem.arguments(out.data()));

@@ -35,8 +35,7 @@ int command_check(int argc, char **argv) {
                    "projections={} mask={}{}{}\n",
                    layer.name, layer.heads, layer.resolved_kv_heads(), layer.resolved_head_dim(),
                    layer.resolved_model_dim(), to_string(layer.dtype), to_string(layer.projections),
-                   to_string(layer.mask),
-                   layer.rope.any() ? " rope=" + std::string(to_string(layer.rope.kind)) : "",
+                   to_string(layer.mask), layer.rope.any() ? " rope=" + rope_text(layer.rope) : "",
                    layer.score_mod ? " score_mod" : "");
     return exit_ok;
 }

@@ -126,6 +126,10 @@ std::string check_problem(const AttentionSpec &spec, const ProblemShape &shape) 
         return fmt::format("layer '{}' is self-attention: its keys are its queries, so shape {} "
                            "needs Lk = Lq",
                            spec.name, to_string(shape));
+    if (spec.rope.any() && spec.rope.table && shape.queries > shape.keys)
+        return fmt::format("layer '{}' takes rope tables with a row per key position, and a query "
+                           "sits at q + Lk - Lq: shape {} needs Lq <= Lk",
+                           spec.name, to_string(shape));
     // The generated entry points take tensors of at most 2^31 - 1 bytes; so do these buffers.
     for (const EntryArgument &entry : layer_arguments(spec)) {
         if (entry.kind == EntryArgument::Kind::scalar)
@@ -276,6 +280,8 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
     problem.bv = values("bv");
     problem.bo = values("bo");
     problem.attn_bias = values("attn_bias");
+    problem.rope.cos_table = values("rope_cos"); // rope = table; any values in [-1, 1]
+    problem.rope.sin_table = values("rope_sin");
     for (double length : values("key_lengths"))
         problem.key_lengths.push_back(static_cast<int>(length));
     attngen_test::ReferenceBindings bindings;

@@ -93,6 +93,9 @@ struct Arguments {
     // Masks.
     Tensor key_lengths; ///< (B) int32 in [0, Lk]: keys at or past it are masked
     Tensor attn_bias;   ///< (B, H, Lq, Lk), added to the scores; -inf masks
+    // Rotary embeddings from tables (rope = table): f32 cos and sin of each rotary pair's angle
+    // at each key position 0..Lk-1 (a query q sits at q + Lk - Lq, so Lq <= Lk).
+    Tensor rope_cos, rope_sin; ///< (Lk, rotary_dim / 2) f32
     // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
     MutableTensor out;
 
@@ -127,6 +130,7 @@ struct RopeInfo {
     RopeScalingKind scaling = RopeScalingKind::none;
     double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
     int original_max_positions = 8192;
+    bool table = false; ///< cos and sin from the call's rope_cos and rope_sin
 };
 
 /** What a layer was generated for. Written into each generated header. */
