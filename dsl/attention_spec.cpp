@@ -114,6 +114,8 @@ template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &
     const RopeSpec &rope = spec.rope;
     const RopeScaling &scaling = rope.scaling;
     if (!rope.any()) {
+        if (rope.table) // so that `table` alone says a layer takes tables
+            fail("rope", "a table needs the pairs it turns, neox or interleaved, got none");
         if (rope.rotary_dim != 0)
             fail("rotary_dim", "needs rope (neox, interleaved or a table); the layer has none");
         if (scaling.kind != RopeScaling::Kind::none)

@@ -63,7 +63,7 @@ struct RopeSpec {
     double theta = 10000.0;
     int rotary_dim = 0; ///< features rotated from the first; 0 means head_dim
     RopeScaling scaling;
-    bool table = false; ///< cos and sin from run-time tables; theta and scaling unused
+    bool table = false; ///< cos and sin from run-time tables (needs a kind); theta, scaling unused
     bool any() const { return kind != RopeKind::none; }
 };
 

@@ -57,7 +57,7 @@ std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
         args.push_back({"key_lengths", Kind::buffer, true, false, {batch}});
     if (spec.mask.additive)
         add("attn_bias", {keys, queries, fixed(heads), batch});
-    if (spec.rope.any() && spec.rope.table)
+    if (spec.rope.table)
         for (const char *name : {"rope_cos", "rope_sin"}) // f32 whatever the layer stores
             args.push_back(
                 {name, Kind::buffer, false, true, {fixed(spec.resolved_rotary_dim() / 2), keys}});

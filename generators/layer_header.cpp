@@ -271,7 +271,7 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("rope", rope_info(spec)),
         fmt::arg("rope_comment",
                  spec.rope.any() ? "\n// rope=" + rope_text(spec.rope) +
-                                       " rope_theta=" + fmt::format("{:.17g}", spec.rope.theta) +
+                                       " rope_theta=" + number_text(spec.rope.theta) +
                                        " rotary_dim=" + std::to_string(spec.resolved_rotary_dim()) +
                                        " rope_scaling=" + to_string(spec.rope.scaling)
                                  : std::string()));

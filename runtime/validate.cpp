@@ -80,7 +80,6 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     const DimRule positions{"key length",
                             proj && !info.cross_attention ? Symbol::query_len : Symbol::key_len, 0};
     const DimRule pairs = feature("rotary_dim/2", info.rope.rotary_dim / 2);
-    const bool rope_table = info.rope.kind != RopeKind::none && info.rope.table;
 
     auto rule = [&](const char *name, const Tensor &tensor, bool wanted, const char *why_not,
                     DType dtype, DimList dims) {
@@ -117,10 +116,10 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              DType::i32, {batch}),
         rule("attn_bias", args.attn_bias, info.additive, "has no additive mask", t,
              {batch, heads, lq, lk}),
-        rule("rope_cos", args.rope_cos, rope_table, "takes no rope tables (it is not rope = table)",
-             DType::f32, {positions, pairs}),
-        rule("rope_sin", args.rope_sin, rope_table, "takes no rope tables (it is not rope = table)",
-             DType::f32, {positions, pairs}),
+        rule("rope_cos", args.rope_cos, info.rope.table,
+             "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
+        rule("rope_sin", args.rope_sin, info.rope.table,
+             "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
     };
     return rules;
 }
@@ -326,7 +325,7 @@ Status validate(const Layer &layer, const Arguments &args) {
     int64_t key_len = bound[static_cast<int>(Symbol::key_len)].value;
     if (key_len < 0)
         key_len = query_len; // self-attention with projections: keys come from x
-    if (info.rope.kind != RopeKind::none && info.rope.table && query_len > key_len)
+    if (info.rope.table && query_len > key_len)
         return Status::error("attngen: `rope_cos` and `rope_sin` hold key positions 0.." +
                              std::to_string(key_len - 1) + ", and query q sits at q + Lk - Lq: " +
                              "rope = table needs Lq <= Lk, got Lq " + std::to_string(query_len) +

@@ -203,6 +203,10 @@ TEST_CASE("rotary embeddings: defaults, the rules on their fields, and their tex
     CHECK(table.rope.kind == attngen::RopeKind::neox);
     CHECK(attngen::rope_text(table.rope) == "table");
     CHECK_FALSE(attngen::parse_rope("table(none)", table.rope));
+    table.rope.scaling = attngen::RopeScaling();
+    table.rope.kind = attngen::RopeKind::none; // only the C++ description can say this
+    CHECK(problems(table) ==
+          "rope: a table needs the pairs it turns, neox or interleaved, got none");
 
     std::vector<attngen::SpecError> errors;
     AttentionSpec parsed = attngen::spec_from_params({{"heads", "4"},

@@ -126,7 +126,7 @@ std::string check_problem(const AttentionSpec &spec, const ProblemShape &shape) 
         return fmt::format("layer '{}' is self-attention: its keys are its queries, so shape {} "
                            "needs Lk = Lq",
                            spec.name, to_string(shape));
-    if (spec.rope.any() && spec.rope.table && shape.queries > shape.keys)
+    if (spec.rope.table && shape.queries > shape.keys)
         return fmt::format("layer '{}' takes rope tables with a row per key position, and a query "
                            "sits at q + Lk - Lq: shape {} needs Lq <= Lk",
                            spec.name, to_string(shape));
