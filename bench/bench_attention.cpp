@@ -4,6 +4,10 @@
 // threads. The prefill rows also time the layers generated with attngen's reference schedule.
 // Every row also checks that they agree; the program exits non-zero when a layer fails or
 // disagrees.
+#include "bench_cache_contiguous.h"
+#include "bench_cache_contiguous_f16.h"
+#include "bench_cache_paged.h"
+#include "bench_cache_paged_f16.h"
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
 #include "bench_d128_causal_reference.h"
@@ -17,6 +21,7 @@
 #include "bench_mha1024.h"
 #include "bench_mha512.h"
 #include "machine_probes.h"
+#include "storage_types.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -39,6 +44,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -97,15 +103,19 @@ struct Options {
     bool memory = true;
     bool mha = true;
     bool rope = true;
+    bool max_len_given = false; ///< --max-len caps the cached decode rows too
+    bool prefill = true;
+    bool cache = true;
 };
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
-               "                       [--min-ms N] [--no-decode] [--no-mha] [--no-rope]\n"
-               "                       [--no-memory]\n"
+               "                       [--min-ms N] [--no-prefill] [--no-decode] [--no-cache]\n"
+               "                       [--no-mha] [--no-rope] [--no-memory]\n"
                "                       [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
-               "  --max-len L  skip sequence lengths above L (default {}, all of them)\n"
+               "  --max-len L  skip sequence lengths above L (default {}, all of them), and cap\n"
+               "               the cached decode rows' cache lengths at L\n"
                "  --ref-max-len L\n"
                "               time attngen's reference schedule up to L only (default {}; it\n"
                "               runs one thread, unvectorized, in time growing as L^2, and\n"
@@ -114,7 +124,9 @@ void print_usage() {
                "               N once a run takes over {:.0f} s)\n"
                "  --min-ms N   and more runs, up to {}, until they have taken N ms in all\n"
                "               (default {:.0f}; 0 = exactly --runs)\n"
+               "  --no-prefill skip the prefill table (D=64 and 128, with and without causal)\n"
                "  --no-decode  skip the decode table (Lq=1, H=32, Hkv=8, Lk up to {})\n"
+               "  --no-cache   skip the cached decode table (KV caches, contiguous and paged)\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-rope    skip the rotary-embedding table (D=128 causal, with and without)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
@@ -145,11 +157,13 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             return std::nullopt;
         }
         if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha" ||
-            option == "--no-rope") {
-            (option == "--no-decode"   ? options.decode
-             : option == "--no-memory" ? options.memory
-             : option == "--no-rope"   ? options.rope
-                                       : options.mha) = false;
+            option == "--no-rope" || option == "--no-prefill" || option == "--no-cache") {
+            (option == "--no-decode"    ? options.decode
+             : option == "--no-memory"  ? options.memory
+             : option == "--no-rope"    ? options.rope
+             : option == "--no-prefill" ? options.prefill
+             : option == "--no-cache"   ? options.cache
+                                        : options.mha) = false;
             continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--ref-max-len" &&
@@ -168,8 +182,11 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
                 options.threads = static_cast<int>(*value);
         } else if (option == "--max-len") {
             // Below the shortest length nothing would run.
-            if ((value = parse_integer(option, text, lengths[0], std::numeric_limits<int>::max())))
+            if ((value =
+                     parse_integer(option, text, lengths[0], std::numeric_limits<int>::max()))) {
                 options.max_len = *value;
+                options.max_len_given = true;
+            }
         } else if (option == "--ref-max-len") {
             if ((value = parse_integer(option, text, 0, std::numeric_limits<int>::max())))
                 options.reference_max_len = *value;
@@ -833,6 +850,23 @@ RopeResult measure_rope(const attngen::Layer &plain, const attngen::Layer &rope,
     return row;
 }
 
+/**
+ * Runs `timed` between read-probe passes and returns their median GB/s. The bandwidth that
+ * decode calls are held to drifts on shared machines: passes right before and right after the
+ * timed calls measure it under the same conditions. (A pass between calls would let the thread
+ * pool fall asleep, which back-to-back calls of a model's layers do not see.)
+ */
+template <typename Timed>
+double probed_bandwidth(attngen_bench::ReadProbe &probe, const Timed &timed) {
+    std::vector<double> probes;
+    for (int i = 0; i < 3; i++)
+        probes.push_back(probe.measure());
+    timed();
+    for (int i = 0; i < 3; i++)
+        probes.push_back(probe.measure());
+    return median(probes);
+}
+
 /** One row of the decode table; ms is NaN when the layer failed. */
 struct DecodeResult {
     double ms = std::numeric_limits<double>::quiet_NaN();
@@ -878,19 +912,11 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, const 
         if (!call && status)
             status = call;
     };
-    // The bandwidth these calls are held to drifts on shared machines: probe passes right
-    // before and right after the timed calls measure it under the same conditions. (A pass
-    // between calls would let the thread pool fall asleep, which back-to-back calls of a
-    // model's layers do not see.)
-    std::vector<double> probes;
-    for (int i = 0; i < 3; i++)
-        probes.push_back(probe.measure());
-    run_one();
-    result.ms =
-        median_ms(run_one, {std::max<int>(rounds.runs, static_cast<int>(copies)), rounds.min_ms});
-    for (int i = 0; i < 3; i++)
-        probes.push_back(probe.measure());
-    result.probe_gbps = median(probes);
+    result.probe_gbps = probed_bandwidth(probe, [&] {
+        run_one();
+        result.ms = median_ms(
+            run_one, {std::max<int>(rounds.runs, static_cast<int>(copies)), rounds.min_ms});
+    });
     if (!status) {
         fmt::print(stderr, "bench_attention: {} at Lk={}: {}\n", info.name, key_len,
                    status.message());
@@ -903,6 +929,185 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, const 
     if (!agrees(fmt::format("{} at Lk={}: max|attngen - reference|", info.name, key_len),
                 set[0].out, want))
         result.check = "MISMATCH";
+    return result;
+}
+
+// Cached decode steps (bench_cache_*: H=32, Hkv=8, D=128, causal; contiguous or paged(16)
+// caches of f32 or f16 under an f32 layer): B sequences with ragged cache lengths from about
+// half of `longest` up to it, one new token each.
+struct CacheRow {
+    int64_t batch, longest;
+};
+constexpr CacheRow cache_rows[] = {{1, 32768}, {8, 32768}, {32, 4096}};
+constexpr int64_t cache_block = 16; // the paged layers' block size
+
+/** One row of the cached-decode table for one cache dtype. */
+struct CacheResult {
+    double contiguous_ms = std::numeric_limits<double>::quiet_NaN();
+    double paged_ms = std::numeric_limits<double>::quiet_NaN();
+    double ratio = std::numeric_limits<double>::quiet_NaN(); ///< median of paged / contiguous
+    double bytes = 0;      ///< the cached K and V that a step reads, and the new rows
+    double probe_gbps = 0; ///< median of read-probe passes just before and after
+    const char *check = "ok";
+};
+
+/** A value in [-1, 1) for each cache element, from its coordinates (splitmix64). */
+float cache_value(uint64_t b, uint64_t h, uint64_t position, uint64_t d, uint64_t which) {
+    uint64_t z = ((((b * 64 + h) << 24 | position) * 256 + d) << 1 | which) + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>(static_cast<double>(z >> 40) / double(1 << 23) - 1.0);
+}
+
+/** `value` as the cache stores it, read back as a float. */
+float stored_value(attngen::DType dtype, float value) {
+    return dtype == attngen::DType::f16 ? attngen_test::from_f16(attngen_test::to_f16(value))
+                                        : value;
+}
+
+/**
+ * Times a decode step of `contiguous` against the same step of `paged` (the same cache
+ * contents, in shuffled blocks), alternating, and checks the first and last sequences of both
+ * against decode_reference over the cache as stored.
+ */
+CacheResult measure_cache(const attngen::Layer &contiguous, const attngen::Layer &paged,
+                          int64_t batch_size, int64_t longest, const Rounds &rounds,
+                          attngen_bench::ReadProbe &probe) {
+    const attngen::LayerInfo &info = contiguous.info;
+    const attngen::DType dtype = info.cache.dtype;
+    const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
+    const size_t element = attngen::dtype_size(dtype);
+    // Ragged: sequence b holds about longest * (1/2 + (b + 1) / 2B) tokens, one slot left for
+    // the new token.
+    std::vector<int32_t> lengths(static_cast<size_t>(batch_size));
+    for (int64_t b = 0; b < batch_size; b++)
+        lengths[b] = static_cast<int32_t>(longest / 2 + (longest / 2) * (b + 1) / batch_size - 1);
+    CacheResult result;
+    for (int32_t length : lengths)
+        result.bytes += 2.0 * double(length + 1) * double(kv_heads * dim * element);
+
+    // The contiguous caches (B, Hkv, longest, D), and the paged ones in shuffled blocks.
+    const int64_t max_blocks = longest / cache_block;
+    std::vector<int32_t> table(static_cast<size_t>(batch_size * max_blocks), -1);
+    int64_t blocks = 0;
+    for (int64_t b = 0; b < batch_size; b++)
+        blocks += (lengths[b] + cache_block) / cache_block;
+    std::vector<int32_t> order(static_cast<size_t>(blocks));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    size_t next_block = 0;
+    for (int64_t b = 0; b < batch_size; b++)
+        for (int64_t i = 0; i * cache_block <= lengths[b]; i++)
+            table[b * max_blocks + i] = order[next_block++];
+    const size_t row_bytes = static_cast<size_t>(dim) * element;
+    const size_t contiguous_bytes =
+        static_cast<size_t>(batch_size * kv_heads * longest) * row_bytes;
+    const size_t paged_bytes = static_cast<size_t>(blocks * kv_heads * cache_block) * row_bytes;
+    std::vector<uint8_t> caches[4] = {
+        std::vector<uint8_t>(contiguous_bytes), std::vector<uint8_t>(contiguous_bytes),
+        std::vector<uint8_t>(paged_bytes), std::vector<uint8_t>(paged_bytes)};
+    std::vector<float> row(static_cast<size_t>(dim));
+    for (int64_t b = 0; b < batch_size; b++)
+        for (int64_t h = 0; h < kv_heads; h++)
+            for (int64_t p = 0; p < lengths[b]; p++)
+                for (uint64_t which = 0; which < 2; which++) {
+                    uint8_t bytes[512];
+                    for (int64_t d = 0; d < dim; d++) {
+                        const float value = cache_value(b, h, p, d, which);
+                        if (dtype == attngen::DType::f16) {
+                            const uint16_t half = attngen_test::to_f16(value);
+                            std::memcpy(bytes + d * element, &half, element);
+                        } else {
+                            std::memcpy(bytes + d * element, &value, element);
+                        }
+                    }
+                    const int64_t block = table[b * max_blocks + p / cache_block];
+                    const size_t at_contiguous =
+                        static_cast<size_t>((b * kv_heads + h) * longest + p) * row_bytes;
+                    const size_t at_paged =
+                        static_cast<size_t>((block * kv_heads + h) * cache_block +
+                                            p % cache_block) *
+                        row_bytes;
+                    std::memcpy(caches[which].data() + at_contiguous, bytes, row_bytes);
+                    std::memcpy(caches[2 + which].data() + at_paged, bytes, row_bytes);
+                }
+    const std::vector<float> query = random_tensor(rng, batch_size * heads * dim);
+    const std::vector<float> key = random_tensor(rng, batch_size * kv_heads * dim);
+    const std::vector<float> value = random_tensor(rng, batch_size * kv_heads * dim);
+    std::vector<float> outs[2] = {std::vector<float>(query.size()),
+                                  std::vector<float>(query.size())};
+
+    attngen::Status status;
+    auto step = [&](bool use_paged) {
+        attngen::Arguments args;
+        args.query = attngen::view(query.data(), {batch_size, heads, 1, dim});
+        args.key = attngen::view(key.data(), {batch_size, kv_heads, 1, dim});
+        args.value = attngen::view(value.data(), {batch_size, kv_heads, 1, dim});
+        args.cache_lengths = attngen::view(lengths.data(), {batch_size});
+        if (use_paged) {
+            args.k_cache = attngen::mutable_view(caches[2].data(), dtype,
+                                                 {blocks, kv_heads, cache_block, dim});
+            args.v_cache = attngen::mutable_view(caches[3].data(), dtype,
+                                                 {blocks, kv_heads, cache_block, dim});
+            args.block_table = attngen::view(table.data(), {batch_size, max_blocks});
+        } else {
+            args.k_cache = attngen::mutable_view(caches[0].data(), dtype,
+                                                 {batch_size, kv_heads, longest, dim});
+            args.v_cache = attngen::mutable_view(caches[1].data(), dtype,
+                                                 {batch_size, kv_heads, longest, dim});
+        }
+        args.out = attngen::mutable_view(outs[use_paged].data(), {batch_size, heads, 1, dim});
+        attngen::Status call = attngen::run(use_paged ? paged : contiguous, args);
+        if (!call && status)
+            status = call;
+    };
+    std::vector<double> contiguous_ms, paged_ms, ratios;
+    result.probe_gbps = probed_bandwidth(probe, [&] {
+        step(false);
+        step(true);
+        run_rounds(rounds, [&] {
+            contiguous_ms.push_back(elapsed_ms([&] { step(false); }));
+            paged_ms.push_back(elapsed_ms([&] { step(true); }));
+            ratios.push_back(paged_ms.back() / contiguous_ms.back());
+            return std::max(contiguous_ms.back(), paged_ms.back());
+        });
+    });
+    if (!status) {
+        fmt::print(stderr, "bench_attention: {} at B={}: {}\n", info.name, batch_size,
+                   status.message());
+        result.check = "ERROR";
+        return result;
+    }
+    result.contiguous_ms = median(contiguous_ms);
+    result.paged_ms = median(paged_ms);
+    result.ratio = median(ratios);
+
+    // The first and last sequences against float64 over the cache as stored, and the new token.
+    for (int64_t b : {int64_t(0), batch_size - 1}) {
+        const int64_t keys = lengths[b] + 1;
+        std::vector<float> k(static_cast<size_t>(kv_heads * keys * dim)), v(k.size());
+        for (int64_t h = 0; h < kv_heads; h++)
+            for (int64_t p = 0; p < keys; p++)
+                for (int64_t d = 0; d < dim; d++) {
+                    const size_t at = static_cast<size_t>((h * keys + p) * dim + d);
+                    const size_t fresh = static_cast<size_t>((b * kv_heads + h) * dim + d);
+                    const bool is_new = p == lengths[b];
+                    k[at] = stored_value(dtype, is_new ? key[fresh] : cache_value(b, h, p, d, 0));
+                    v[at] = stored_value(dtype, is_new ? value[fresh] : cache_value(b, h, p, d, 1));
+                }
+        const std::vector<double> want =
+            decode_reference(info, keys, query.data() + b * heads * dim, k.data(), v.data());
+        for (int use_paged = 0; use_paged < 2; use_paged++) {
+            const std::vector<float> got(outs[use_paged].begin() + b * heads * dim,
+                                         outs[use_paged].begin() + (b + 1) * heads * dim);
+            if (!agrees(fmt::format("{} sequence {} of {}: max|attngen - reference|",
+                                    (use_paged ? paged : contiguous).info.name, b, batch_size),
+                        got, want))
+                result.check = "MISMATCH";
+        }
+    }
     return result;
 }
 
@@ -1081,8 +1286,11 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
     };
 
-    print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"), true);
+    if (options.prefill)
+        print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"), true);
     for (auto [layer, reference_layer] : layers) {
+        if (!options.prefill)
+            break;
         const attngen::LayerInfo &info = layer->info;
         for (int64_t length : lengths) {
             if (length > options.max_len)
@@ -1167,6 +1375,43 @@ int main(int argc, char **argv) {
                        column(row.probe_gbps > 0 ? 100 * gbps / row.probe_gbps : NAN, 5, 0, "%"),
                        row.check);
             std::fflush(stdout);
+        }
+    }
+    if (options.cache) {
+        const attngen::LayerInfo &info = bench_cache_contiguous_layer().info;
+        fmt::print("\ncached decode steps: B sequences, cache lengths spread evenly from half of "
+                   "max Lk to max Lk, one new token each; f32 layer, H={}, Hkv={}, D={}, causal; "
+                   "{};\ncontiguous caches (B, Hkv, max Lk, D) against paged(16) ones in shuffled "
+                   "blocks, alternating; GB/s = cached K and V bytes read / contiguous time; "
+                   "probe as above;\nbw = GB/s / probe; paged = median of paged ms / contiguous "
+                   "ms; check: first and last sequences against float64\n\n",
+                   info.heads, info.kv_heads, info.head_dim, rounds_text(options.rounds));
+        const std::string header = fmt::format(
+            "{:>3} | {:>6} | {:>5} | {:>9} | {:>7} | {:>7} | {:>5} | {:>9} | {:>5} | {}", "B",
+            "max Lk", "cache", "contig ms", "GB/s", "probe", "bw", "paged ms", "paged", "check");
+        fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
+        attngen_bench::ReadProbe probe(options.threads);
+        const std::pair<const attngen::Layer *, const attngen::Layer *> pairs[] = {
+            {&bench_cache_contiguous_layer(), &bench_cache_paged_layer()},
+            {&bench_cache_contiguous_f16_layer(), &bench_cache_paged_f16_layer()}};
+        for (const CacheRow &row : cache_rows) {
+            const int64_t longest =
+                options.max_len_given ? std::min(row.longest, options.max_len) : row.longest;
+            for (auto [contiguous, paged] : pairs) {
+                const CacheResult result =
+                    measure_cache(*contiguous, *paged, row.batch, longest, options.rounds, probe);
+                if (std::strcmp(result.check, "ok") != 0)
+                    failures++;
+                const double gbps = result.bytes / result.contiguous_ms * 1e-6;
+                fmt::print(
+                    "{:>3} | {:>6} | {:>5} | {} | {} | {} | {} | {} | {} | {}\n", row.batch,
+                    longest, attngen::dtype_name(contiguous->info.cache.dtype),
+                    column(result.contiguous_ms, 9, 3), column(gbps, 7, 1),
+                    column(result.probe_gbps, 7, 1),
+                    column(result.probe_gbps > 0 ? 100 * gbps / result.probe_gbps : NAN, 5, 0, "%"),
+                    column(result.paged_ms, 9, 3), column(result.ratio, 5, 2), result.check);
+                std::fflush(stdout);
+            }
         }
     }
     if (options.memory && !report_peak_memory(bench_d64_layer()))

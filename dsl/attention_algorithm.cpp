@@ -34,6 +34,8 @@ Halide::Type storage_type(DType dtype) {
 Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argument) {
     if (argument.is_int32)
         return Halide::Int(32);
+    if (argument.is_cache)
+        return storage_type(spec.resolved_cache_dtype());
     return argument.is_declared ? Halide::Float(32) : storage_type(spec.dtype);
 }
 
@@ -127,19 +129,35 @@ Expr query_position(const Expr &row, const AttentionInputs &in, const AlgorithmO
     return options.reverse_queries ? in.query_len - 1 - row : row;
 }
 
-/** Which keys the structured masks (causal, window, key padding) show query q of batch b. Each
- * is a bound linear in k, so Halide's loop partitioning can solve it for a block's keys. */
+/**
+ * The key position of query 0 of sequence b: Lk - Lq, so that the last query sits at the last
+ * key, or with a cache the tokens the sequence has cached.
+ */
+Expr query_offset(const AttentionSpec &spec, const AttentionInputs &in, const Expr &b) {
+    return spec.cache.any() ? in.cache_lengths(b) : in.key_len - in.query_len;
+}
+
+/** The keys sequence b has, where fewer than Lk: its key length, or its cached and new tokens. */
+Expr key_limit(const AttentionSpec &spec, const AttentionInputs &in, const Expr &b) {
+    if (spec.cache.any())
+        return in.cache_lengths(b) + in.query_lengths(b);
+    return spec.mask.key_padding ? in.key_lengths(b) : Expr();
+}
+
+/** Which keys the structured masks (causal, window, key padding, a cache's lengths) show query
+ * q of batch b. Each is a bound linear in k, so Halide's loop partitioning can solve it for a
+ * block's keys. */
 Expr structured_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
                         const Expr &q, const Expr &b) {
     Expr visible = Halide::Internal::const_true();
-    // Query q sits at key position q + (Lk - Lq): the last query sees the last key.
-    Expr aligned_q = q + (in.key_len - in.query_len);
+    // Query q sits at key position q + offset: the last query sees the last key.
+    Expr aligned_q = q + query_offset(spec, in, b);
     if (spec.mask.causal)
         visible = visible && k <= aligned_q;
     if (spec.mask.window > 0) // |k - aligned_q| < window, as two bounds the solver can use
         visible = visible && k > aligned_q - spec.mask.window && k < aligned_q + spec.mask.window;
-    if (spec.mask.key_padding)
-        visible = visible && k < in.key_lengths(b);
+    if (Expr limit = key_limit(spec, in, b); limit.defined())
+        visible = visible && k < limit;
     return visible;
 }
 
@@ -315,7 +333,9 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // A user's -inf in attn_bias is clamped to the lowest float on load, so it masks exactly as
     // -inf would (see `lowest`).
     Expr score = t.scores(k, q, h, b);
-    Expr visible = predicates_visible(spec, in, k, position, h, b);
+    // The expressions see a cached layer's queries at their positions in the sequence.
+    Expr expression_q = spec.cache.any() ? position + in.cache_lengths(b) : position;
+    Expr visible = predicates_visible(spec, in, k, expression_q, h, b);
     const double units = score_units(spec, options);
     if (spec.mask.additive) {
         Expr bias = Halide::max(f32(in.attn_bias(Halide::clamp(k, 0, last_key),
@@ -328,7 +348,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         visible = visible && bias > masked_cutoff;
     }
     if (spec.score_mod) {
-        LoweringContext context = lowering_context(in, k, position, h, b);
+        LoweringContext context = lowering_context(in, k, expression_q, h, b);
         context.score = score;
         score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
     }
@@ -355,7 +375,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
     // causal tile stop at their own diagonal. The elementwise mask above still decides every key
     // inside the range.
-    const bool bounded = spec.mask.bounds_keys();
+    const bool bounded = spec.mask.bounds_keys() || spec.cache.any();
     // [begin, end) of the keys visible to some query of the aligned block of `block` queries
     // that holds row `row`.
     auto key_range = [&](int block, const Expr &row) -> KeyRange {
@@ -363,7 +383,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         if (!bounded)
             return {begin, end};
         block = std::max(block, 1);
-        Expr offset = in.key_len - in.query_len; // query q sits at key position q + offset
+        Expr offset = query_offset(spec, in, b); // query q sits at key position q + offset
         // The block's first and last row, and its first and last query position (reversed
         // rows count down, so the last row holds the first query).
         Expr first_row = block == 1 ? row : (row / block) * block;
@@ -378,8 +398,8 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             begin = Halide::max(begin, first_q + offset - (spec.mask.window - 1));
             end = Halide::min(end, last_q + offset + spec.mask.window);
         }
-        if (spec.mask.key_padding)
-            end = Halide::min(end, in.key_lengths(b));
+        if (Expr limit = key_limit(spec, in, b); limit.defined())
+            end = Halide::min(end, limit);
         return {begin, end};
     };
     const auto [key_begin, key_end] = key_range(options.query_block, q);
@@ -578,6 +598,47 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.q_heads(d, q, h, b) = s.q_rope(d, q_at, h, b) * scale;
         s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
     };
+    // With a cache: `queries`, `keys` and `values` are the new tokens' (d, t, h, b) in f32, t in
+    // query order. The new keys (rotated) and values become k_new and v_new in the cache's
+    // type; a key k of sequence b is then read from the cache below its cache length, and from
+    // k_new above it, so that new tokens see their own keys as every later call will.
+    auto cached_heads = [&](const Func &queries, const Func &keys, const Func &values,
+                            const Expr &q_at) {
+        Func q_rows = queries, k_rows = keys;
+        if (spec.rope.any()) {
+            define_rope_table(s, spec, in);
+            // Positions clamped for bounds inference: only rows past a sequence's new tokens
+            // (computed, never used) can pass the longest sequence.
+            auto position = [&](const Expr &t) {
+                return Halide::clamp(in.cache_lengths(b) + t, 0, last_key);
+            };
+            s.q_rope(d, q, h, b) = rotated(s, spec, queries, d, q, h, b, position(q));
+            s.k_rope(d, k, h, b) = rotated(s, spec, keys, d, k, h, b, position(k));
+            q_rows = s.q_rope;
+            k_rows = s.k_rope;
+        }
+        const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
+        s.k_new = in.k_new;
+        s.v_new = in.v_new;
+        s.k_new(d, k, h, b) = Halide::cast(cached, k_rows(d, k, h, b));
+        s.v_new(d, k, h, b) = Halide::cast(cached, values(d, k, h, b));
+        s.q_heads(d, q, h, b) = q_rows(d, q_at, h, b) * scale;
+        Expr cache_length = in.cache_lengths(b);
+        Expr new_row = Halide::clamp(k - cache_length, 0, last_query);
+        auto from_cache = [&](const Func &cache) {
+            if (spec.cache.kind == CacheSpec::Kind::contiguous)
+                return cache(d, Halide::clamp(k, 0, in.cache_extents[1] - 1), h, b);
+            // Clamped for bounds inference; the runtime checked the blocks a sequence uses.
+            const int block_size = spec.cache.block_size;
+            Expr logical = Halide::clamp(k / block_size, 0, in.max_blocks - 1);
+            Expr block = Halide::clamp(in.block_table(logical, b), 0, in.cache_extents[3] - 1);
+            return cache(d, k % block_size, h, block);
+        };
+        s.k_heads(d, k, h, b) = f32(
+            Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)));
+        s.v_heads(d, k, h, b) = f32(
+            Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)));
+    };
     s.r_head_dim = RDom(0, head_dim, "r_head_dim");
     // The query that row q of the attention stages reads (AlgorithmOptions::reverse_queries),
     // clamped: a schedule may round a tile of rows past either end.
@@ -624,13 +685,24 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         }
         // q_proj's rows follow the tiles in query order (a schedule sizes its GEMM by them).
         Expr q_at = options.reverse_queries ? query_row : Expr(q);
-        if (spec.rope.any()) {
+        if (spec.cache.any()) {
+            cached_heads(s.q_proj, s.k_proj, s.v_proj, q_at);
+        } else if (spec.rope.any()) {
             rotate_heads(s.q_proj, s.k_proj, q_at);
         } else {
             s.q_heads(d, q, h, b) = s.q_proj(d, q_at, h, b) * scale;
             s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
         }
-        s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
+        if (!spec.cache.any())
+            s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
+    } else if (spec.cache.any()) {
+        // The new tokens' keys and values have Lq rows, as the queries do.
+        Func query("query_f32"), key("key_f32"), value("value_f32");
+        Expr row = Halide::clamp(q, 0, last_query);
+        query(d, q, h, b) = f32(in.query(d, row, h, b));
+        key(d, q, h, b) = f32(in.key(d, row, h, b));
+        value(d, q, h, b) = f32(in.value(d, row, h, b));
+        cached_heads(query, key, value, query_row);
     } else {
         if (spec.rope.any()) {
             Func query("query_f32"), key("key_f32");
@@ -684,11 +756,19 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.out_proj(c, q, b) +=
             s.attn_out(s.r_concat.x, q, s.r_concat.y, b) * s.o_weight(concat_row, c);
         s.result = s.out_proj;
-        s.output(c, q, b) = Halide::cast(stored, s.out_proj(c, q, b));
     } else {
         s.result = s.attn_out;
-        s.output(d, q, h, b) = Halide::cast(stored, s.attn_out(d, q, h, b));
     }
+    // With a cache, rows past a sequence's new tokens are zeros, whatever their padding held.
+    auto stored_row = [&](Expr value) {
+        if (spec.cache.any())
+            value = Halide::select(q < in.query_lengths(b), value, 0.0f);
+        return Halide::cast(stored, value);
+    };
+    if (proj.out)
+        s.output(c, q, b) = stored_row(s.out_proj(c, q, b));
+    else
+        s.output(d, q, h, b) = stored_row(s.attn_out(d, q, h, b));
     return s;
 }
 

@@ -31,6 +31,20 @@ struct AttentionInputs {
     Halide::Func bq, bk, bv, bo;
     Halide::Func key_lengths, attn_bias;
     Halide::Func rope_cos, rope_sin; ///< (rotary_dim / 2, Lk) f32 with rope = table
+    /**
+     * A cached layer's (spec.cache): k_cache and v_cache in the cache's type, contiguous (D,
+     * capacity, Hkv, B) or paged (D, block_size, Hkv, blocks) with block_table (max_blocks, B);
+     * cache_lengths and query_lengths (B) int32. The new tokens are query/key/value or x, of
+     * length Lq, and key_len is the longest sequence after the call (key_count).
+     */
+    Halide::Func k_cache, v_cache, block_table, cache_lengths, query_lengths;
+    std::vector<Halide::Expr> cache_extents; ///< of k_cache (v_cache's are the same)
+    Halide::Expr max_blocks;                 ///< block_table's extent per sequence
+    /**
+     * A cached layer's other outputs, which build_attention defines: the new tokens' keys
+     * (rotated) and values (d, t, hkv, b) in the cache's type. A generator passes its Outputs.
+     */
+    Halide::Func k_new{"new_keys"}, v_new{"new_values"};
     Halide::Expr query_len, key_len;
     /** The spec's declared run-time tensors (Halide order, with extents) and scalars. */
     std::map<std::string, Halide::Func> tensors;
@@ -79,6 +93,13 @@ struct AttentionStages {
      * q_heads and k_heads read them.
      */
     Halide::Func rope_table{"rope_table"}, q_rope{"q_rope"}, k_rope{"k_rope"};
+    /**
+     * A cached layer's new rows (d, t, hkv, b) in the cache's type, outputs of the pipeline
+     * (AttentionInputs::k_new): keys rotated. k_heads and v_heads read key k of sequence b from
+     * k_cache and v_cache below the sequence's cache length and from these above it; undefined
+     * without a cache. With rope, q_rope and k_rope are then in the new tokens' order.
+     */
+    Halide::Func k_new{"new_keys"}, v_new{"new_values"};
     Halide::Var pair{"pair"}, position{"position"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};

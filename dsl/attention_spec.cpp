@@ -158,6 +158,30 @@ template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &
 
 } // namespace
 
+template <typename Fail> void check_cache(const AttentionSpec &spec, const Fail &fail) {
+    const CacheSpec &cache = spec.cache;
+    if (!cache.any()) {
+        if (cache.dtype)
+            fail("cache_dtype",
+                 "needs a cache (cache = contiguous or paged(N)); the layer has none");
+        return;
+    }
+    const std::string why = " (cache = " + cache_text(cache) + ")";
+    if (cache.kind == CacheSpec::Kind::paged && (cache.block_size < 1 || cache.block_size > 65536))
+        fail("cache", "paged(N) needs 1 to 65536 positions per block, got " +
+                          std::to_string(cache.block_size));
+    if (spec.cross_attention)
+        fail("cross", "cannot be combined with a cache" + why +
+                          ": the keys and values are the cached tokens and the new ones");
+    if (spec.mask.key_padding)
+        fail("mask", "padding does not combine with a cache" + why +
+                         ": cache_lengths and query_lengths already bound each sequence's keys");
+    if (spec.mask.additive)
+        fail("mask", "additive does not combine with a cache" + why +
+                         ": attn_bias would need a column per position; use a score_mod of the "
+                         "positions q and k");
+}
+
 std::vector<double> rope_inverse_frequencies(const RopeSpec &rope, int rotary_dim) {
     constexpr double pi = 3.14159265358979323846;
     const RopeScaling &scaling = rope.scaling;
@@ -219,6 +243,35 @@ bool parse_rope(const std::string &text, RopeSpec &rope) {
             return true;
         }
     return false;
+}
+
+std::string cache_text(const CacheSpec &cache) {
+    switch (cache.kind) {
+    case CacheSpec::Kind::none:
+        return "none";
+    case CacheSpec::Kind::contiguous:
+        return "contiguous";
+    case CacheSpec::Kind::paged:
+        return "paged(" + std::to_string(cache.block_size) + ")";
+    }
+    return "none";
+}
+
+bool parse_cache(const std::string &text, CacheSpec &cache) {
+    const std::string body = trim(text);
+    if (body == "none" || body == "contiguous") {
+        cache.kind = body == "none" ? CacheSpec::Kind::none : CacheSpec::Kind::contiguous;
+        cache.block_size = 0;
+        return true;
+    }
+    if (body.rfind("paged(", 0) != 0 || body.back() != ')')
+        return false;
+    std::optional<long> size = parse_int(trim(body.substr(6, body.size() - 7)));
+    if (!size || *size < 0 || *size > (1L << 30))
+        return false;
+    cache.kind = CacheSpec::Kind::paged;
+    cache.block_size = static_cast<int>(*size);
+    return true;
 }
 
 std::optional<RopeScaling> parse_rope_scaling(const std::string &text) {
@@ -336,6 +389,7 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     if (spec.mask.window < 0)
         fail("mask", "window must be positive, got " + std::to_string(spec.mask.window));
     check_rope(spec, fail);
+    check_cache(spec, fail);
 
     // The declared run-time inputs, score_mod and the mask predicates.
     for (const LayerExprError &error : check_layer_expressions(spec))
@@ -472,10 +526,10 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         }
     };
 
-    static const char *known[] = {"name",       "model_dim",  "heads",       "kv_heads",
-                                  "head_dim",   "scale",      "dtype",       "projections",
-                                  "bias",       "cross",      "mask",        "rope",
-                                  "rope_theta", "rotary_dim", "rope_scaling"};
+    static const char *known[] = {
+        "name",       "model_dim",   "heads",        "kv_heads", "head_dim",   "scale",
+        "dtype",      "projections", "bias",         "cross",    "mask",       "rope",
+        "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -543,6 +597,14 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         else
             bad("rope_scaling", "none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)", *text);
     }
+    if (auto text = get("cache"); text && !parse_cache(*text, spec.cache))
+        bad("cache", "none, contiguous or paged(N)", *text);
+    if (auto text = get("cache_dtype"); text && *text != "default") {
+        if (std::optional<DType> dtype = parse_dtype(*text))
+            spec.cache.dtype = *dtype;
+        else
+            bad("cache_dtype", "f32, f16, bf16 or 'default'", *text);
+    }
     return spec;
 }
 
@@ -567,7 +629,9 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"rope", rope_text(spec.rope)},
             {"rope_theta", number_text(spec.rope.theta)},
             {"rotary_dim", std::to_string(spec.rope.rotary_dim)},
-            {"rope_scaling", to_string(spec.rope.scaling)}};
+            {"rope_scaling", to_string(spec.rope.scaling)},
+            {"cache", cache_text(spec.cache)},
+            {"cache_dtype", spec.cache.dtype ? to_string(*spec.cache.dtype) : "default"}};
 }
 
 } // namespace attngen

@@ -67,6 +67,22 @@ struct RopeSpec {
     bool any() const { return kind != RopeKind::none; }
 };
 
+/**
+ * A KV cache the layer appends to (Arguments in runtime.h): each call takes new tokens, which sit
+ * after the tokens its sequence has cached, reads the earlier steps' keys and values from the
+ * caller's k_cache and v_cache, and attends over both, each sequence of the batch at its own
+ * length; the runtime then writes the new tokens' keys (rotated) and values into the caches.
+ * contiguous: (B, Hkv, capacity, D) per cache; paged: (blocks, Hkv, block_size, D) shared by
+ * the batch, and a block table mapping each sequence's positions to blocks.
+ */
+struct CacheSpec {
+    enum class Kind { none, contiguous, paged };
+    Kind kind = Kind::none;
+    int block_size = 0;         ///< paged: positions per block
+    std::optional<DType> dtype; ///< the caches' storage; the layer's dtype by default
+    bool any() const { return kind != Kind::none; }
+};
+
 /** One attention layer. Zero means "derive" for kv_heads and head_dim. */
 struct AttentionSpec {
     std::string name = "attention";
@@ -80,6 +96,7 @@ struct AttentionSpec {
     bool cross_attention = false; ///< with projections: keys/values come from a second input
     MaskSpec mask;
     RopeSpec rope;
+    CacheSpec cache;
 
     /**
      * Applied to each scaled score (after an additive mask's bias, before the other masks):
@@ -100,6 +117,7 @@ struct AttentionSpec {
         return rope.rotary_dim > 0 ? rope.rotary_dim : resolved_head_dim();
     }
     int group_size() const { return heads / resolved_kv_heads(); }
+    DType resolved_cache_dtype() const { return cache.dtype ? *cache.dtype : dtype; }
 };
 
 /** One problem with a description: the field it concerns and a sentence a user can act on. */
@@ -145,6 +163,11 @@ bool parse_rope(const std::string &text, RopeSpec &rope);
 /** "none", "linear(F)" or "llama3(F, LOW, HIGH, ORIGINAL)" (spaces allowed). */
 std::optional<RopeScaling> parse_rope_scaling(const std::string &text);
 std::string to_string(const RopeScaling &scaling);
+
+/** The `cache` field: "none", "contiguous" or "paged(N)" (spaces allowed). */
+std::string cache_text(const CacheSpec &cache);
+/** Sets cache's kind and block size from cache_text's forms; false if `text` is none of them. */
+bool parse_cache(const std::string &text, CacheSpec &cache);
 
 /**
  * Builds a description from key=value parameters, the form GeneratorParams and the CLI share.

@@ -30,9 +30,9 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim",   "heads", "kv_heads",   "head_dim",   "dtype",
-        "projections", "bias",  "cross",      "mask",       "scale",
-        "score_mod",   "rope",  "rope_theta", "rotary_dim", "rope_scaling"};
+        "model_dim",  "heads",      "kv_heads",     "head_dim", "dtype",      "projections",
+        "bias",       "cross",      "mask",         "scale",    "score_mod",  "rope",
+        "rope_theta", "rotary_dim", "rope_scaling", "cache",    "cache_dtype"};
     return names;
 }
 
@@ -101,10 +101,10 @@ class Parser {
     // Whether `token`, first on its line, plainly starts an item (so the line before it
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
-        static const char *const starts[] = {"attention",  "tensor",      "scalar",      "let",
-                                             "dtype",      "projections", "bias",        "cross",
-                                             "mask",       "scale",       "score_mod",   "rope",
-                                             "rope_theta", "rotary_dim",  "rope_scaling"};
+        static const char *const starts[] = {
+            "attention",  "tensor",     "scalar",       "let",   "dtype",      "projections",
+            "bias",       "cross",      "mask",         "scale", "score_mod",  "rope",
+            "rope_theta", "rotary_dim", "rope_scaling", "cache", "cache_dtype"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -344,7 +344,7 @@ class Parser {
             if (suggestion.empty())
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
-                             "rope_theta, rotary_dim and rope_scaling";
+                             "rope_theta, rotary_dim, rope_scaling, cache and cache_dtype";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -383,22 +383,17 @@ class Parser {
             return parse_int_value(field, spec.kv_heads);
         if (field == "head_dim")
             return parse_int_value(field, spec.head_dim);
-        if (field == "dtype") {
-            const Token token = peek();
-            if (token.kind != Token::Kind::name) {
-                expected("f32, f16 or bf16 for 'dtype'", token);
+        if (field == "dtype")
+            return parse_dtype_value(field, spec.dtype);
+        if (field == "cache_dtype") {
+            DType dtype = DType::f32;
+            if (!parse_dtype_value(field, dtype))
                 return false;
-            }
-            take();
-            std::optional<DType> dtype = parse_dtype(std::string(token.text));
-            if (!dtype) {
-                error(token.where,
-                      "unknown dtype '" + std::string(token.text) + "'; expected f32, f16 or bf16");
-                return false;
-            }
-            spec.dtype = *dtype;
+            spec.cache.dtype = dtype;
             return true;
         }
+        if (field == "cache")
+            return parse_cache_value(spec.cache);
         if (field == "bias")
             return parse_bool_value(field, spec.projections.bias);
         if (field == "cross")
@@ -452,6 +447,54 @@ class Parser {
         }
         take();
         value = token.number;
+        return true;
+    }
+
+    // f32 | f16 | bf16
+    bool parse_dtype_value(const std::string &field, DType &value) {
+        const Token token = peek();
+        if (token.kind != Token::Kind::name) {
+            expected("f32, f16 or bf16 for '" + field + "'", token);
+            return false;
+        }
+        take();
+        std::optional<DType> dtype = parse_dtype(std::string(token.text));
+        if (!dtype) {
+            error(token.where, "unknown " + field + " '" + std::string(token.text) +
+                                   "'; expected f32, f16 or bf16");
+            return false;
+        }
+        value = *dtype;
+        return true;
+    }
+
+    // none | contiguous | paged '(' INTEGER ')'
+    bool parse_cache_value(CacheSpec &cache) {
+        const char *const expected_text = "none, contiguous or paged(N) for 'cache'";
+        const Token token = peek();
+        if (token.kind != Token::Kind::name) {
+            expected(expected_text, token);
+            return false;
+        }
+        take();
+        const std::string text(token.text);
+        if (text == "paged") {
+            if (!expect_symbol("(", "'(' after 'paged', then the positions per block"))
+                return false;
+            int block_size = 0;
+            if (!parse_int("the positions per block of 'paged'", block_size) ||
+                !expect_symbol(")", "')' after the positions per block"))
+                return false;
+            cache.kind = CacheSpec::Kind::paged;
+            cache.block_size = block_size;
+            return true;
+        }
+        if (!parse_cache(text, cache)) {
+            error(token.where, "unknown cache '" + text + "'" +
+                                   did_you_mean(text, {"none", "contiguous", "paged"}) +
+                                   "; expected none, contiguous or paged(N)");
+            return false;
+        }
         return true;
     }
 

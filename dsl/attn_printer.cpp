@@ -88,6 +88,10 @@ std::string to_attn(const AttentionSpec &spec) {
         line("rotary_dim = " + std::to_string(spec.rope.rotary_dim));
     if (spec.rope.scaling.kind != RopeScaling::Kind::none)
         line("rope_scaling = " + to_string(spec.rope.scaling));
+    if (spec.cache.any())
+        line("cache = " + cache_text(spec.cache));
+    if (spec.cache.dtype)
+        line("cache_dtype = " + std::string(to_string(*spec.cache.dtype)));
     if (spec.score_mod)
         line("score_mod = " + to_string(*spec.score_mod));
     return text + "}\n";

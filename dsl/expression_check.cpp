@@ -357,8 +357,32 @@ bool is_identifier(const std::string &name) {
 
 /** Why a tensor or scalar may not take `name`: they become entry-point arguments. */
 std::string why_reserved_argument(const std::string &name) {
-    for (const char *argument : {"query", "key", "value", "x", "context", "wq", "wk", "wv", "wo",
-                                 "bq", "bk", "bv", "bo", "key_lengths", "attn_bias", "out"})
+    for (const char *argument : {"query",
+                                 "key",
+                                 "value",
+                                 "x",
+                                 "context",
+                                 "wq",
+                                 "wk",
+                                 "wv",
+                                 "wo",
+                                 "bq",
+                                 "bk",
+                                 "bv",
+                                 "bo",
+                                 "key_lengths",
+                                 "attn_bias",
+                                 "rope_cos",
+                                 "rope_sin",
+                                 "k_cache",
+                                 "v_cache",
+                                 "block_table",
+                                 "cache_lengths",
+                                 "query_lengths",
+                                 "key_count",
+                                 "out",
+                                 "k_new",
+                                 "v_new"})
         if (name == argument)
             return "a built-in argument of every layer that has it";
     if (name.rfind("__", 0) == 0)
@@ -398,6 +422,13 @@ void check_declarations(const AttentionSpec &spec, std::vector<LayerExprError> &
                      std::to_string(d + 1) + "; a fixed extent is at least 1");
             else if (tensor.dims[d].symbol == TensorDim::Symbol::fixed)
                 fixed_bytes *= tensor.dims[d].extent;
+            else if (spec.cache.any() && (tensor.dims[d].symbol == TensorDim::Symbol::queries ||
+                                          tensor.dims[d].symbol == TensorDim::Symbol::keys))
+                fail("has a dimension of " +
+                     std::string(tensor.dims[d].symbol == TensorDim::Symbol::queries ? "queries"
+                                                                                     : "keys") +
+                     ", which a layer with a cache does not have (its q and k are positions in "
+                     "each sequence): give that dimension a fixed size");
         // An entry point accepts tensors of at most 2^31 - 1 bytes (runtime validation).
         if (fixed_bytes > INT32_MAX) {
             char elements[32];

@@ -49,9 +49,27 @@ std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
                 add("bo", {fixed(width)});
         }
     } else {
+        // With a cache, the keys and values given are the new tokens'.
+        const TensorDim new_keys = spec.cache.any() ? queries : keys;
         add("query", {fixed(dim), queries, fixed(heads), batch});
-        add("key", {fixed(dim), keys, fixed(kv), batch});
-        add("value", {fixed(dim), keys, fixed(kv), batch});
+        add("key", {fixed(dim), new_keys, fixed(kv), batch});
+        add("value", {fixed(dim), new_keys, fixed(kv), batch});
+    }
+    const CacheSpec &cache = spec.cache;
+    if (cache.any()) {
+        // Capacity, blocks and max_blocks are the call's: `keys` stands for a size of its own.
+        const std::vector<TensorDim> cache_dims =
+            cache.kind == CacheSpec::Kind::paged
+                ? std::vector<TensorDim>{fixed(dim), fixed(cache.block_size), fixed(kv), keys}
+                : std::vector<TensorDim>{fixed(dim), keys, fixed(kv), batch};
+        for (const char *name : {"k_cache", "v_cache"}) {
+            add(name, cache_dims);
+            args.back().is_cache = true;
+        }
+        if (cache.kind == CacheSpec::Kind::paged)
+            args.push_back({"block_table", Kind::buffer, true, false, {keys, batch}});
+        for (const char *name : {"cache_lengths", "query_lengths"})
+            args.push_back({name, Kind::buffer, true, false, {batch}});
     }
     if (spec.mask.key_padding)
         args.push_back({"key_lengths", Kind::buffer, true, false, {batch}});
@@ -66,11 +84,22 @@ std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
             {tensor.name, Kind::buffer, tensor.is_int32, true, entry_dims(spec, tensor)});
     for (const RuntimeScalar &scalar : spec.scalars)
         args.push_back({scalar.name, Kind::scalar, scalar.is_int32, true, {}});
+    if (cache.any()) {
+        args.push_back({"key_count", Kind::scalar, true, false, {}});
+        args.back().is_internal = true;
+    }
     if (proj.out)
         args.push_back({"out", Kind::output, false, false, {fixed(width), queries, batch}});
     else
         args.push_back(
             {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
+    if (cache.any())
+        for (const char *name : {"k_new", "v_new"}) {
+            args.push_back(
+                {name, Kind::output, false, false, {fixed(dim), queries, fixed(kv), batch}});
+            args.back().is_cache = true;
+            args.back().is_internal = true;
+        }
     return args;
 }
 

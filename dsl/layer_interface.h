@@ -14,7 +14,7 @@ struct EntryArgument {
     enum class Kind {
         buffer, ///< an input tensor
         scalar, ///< an input scalar (a declared run-time scalar)
-        output, ///< the last argument, and the only output
+        output, ///< after the inputs: `out`, and a cached layer's k_new and v_new
     };
     std::string name;
     Kind kind = Kind::buffer;
@@ -23,11 +23,19 @@ struct EntryArgument {
                               ///< rope table
     /** Fixed extents (symbol fixed), or the call's batch, queries or keys (never the others). */
     std::vector<TensorDim> dims;
+    bool is_cache = false; ///< in the cache's storage type: the caches and the new rows
+    /** Not the caller's: the runtime provides it (a cached layer's key_count, k_new, v_new). */
+    bool is_internal = false;
 };
 
 /**
  * The entry point's arguments for a valid spec, in call order (after the user_context): the
  * inputs as DESIGN.md "Data layout" names them, the declared tensors and scalars, then `out`.
+ * A layer with a cache takes the new tokens (their length is Lq, and the keys' too), k_cache
+ * and v_cache (paged: with block_table), cache_lengths and query_lengths, and the internal
+ * scalar key_count, the longest sequence after the call (the runtime's max over b of
+ * cache_lengths + query_lengths: the extent of the keys); and besides `out` it outputs k_new
+ * and v_new (B, Hkv, Lq, D), the new rows in the cache's type, which the runtime appends.
  */
 std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec);
 

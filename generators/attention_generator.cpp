@@ -38,6 +38,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
     GeneratorParam<int> rotary_dim{"rotary_dim", 0};
     GeneratorParam<std::string> rope_scaling{"rope_scaling", "none"};
+    GeneratorParam<std::string> cache{"cache", "none"};
+    GeneratorParam<std::string> cache_dtype{"cache_dtype", "default"};
     /** Alternatively, a .attn file and the layer of it to generate (the keys above unset). */
     GeneratorParam<std::string> spec_file{"spec", ""};
     GeneratorParam<std::string> layer{"layer", ""};
@@ -75,7 +77,9 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"rope", rope},
                       {"rope_theta", rope_theta},
                       {"rotary_dim", std::to_string(int(rotary_dim))},
-                      {"rope_scaling", rope_scaling}};
+                      {"rope_scaling", rope_scaling},
+                      {"cache", cache},
+                      {"cache_dtype", cache_dtype}};
         }
         LayerSource source = load_layer(params);
         if (!source.spec)
@@ -92,8 +96,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
             const int dims = static_cast<int>(arg.dims.size());
             switch (arg.kind) {
             case EntryArgument::Kind::output:
-                out_ = add_output<Buffer<>>(arg.name, type, dims);
-                out_dims_ = arg.dims;
+                outputs_[arg.name] = {add_output<Buffer<>>(arg.name, type, dims), arg.dims};
                 break;
             case EntryArgument::Kind::scalar:
                 scalars_[arg.name] = add_input<Halide::Expr>(arg.name, type);
@@ -120,6 +123,10 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
         for (const auto &entry : scalars_)
             bound.scalars[entry.first] = *entry.second;
         AttentionInputs in = bind_inputs(spec_, bound);
+        if (spec_.cache.any()) {
+            in.k_new = *outputs_.at("k_new").first;
+            in.v_new = *outputs_.at("v_new").first;
+        }
 
         // The schedule's parameters are settled first: the algorithm is written for its tiles.
         schedule_params_ = schedule_params;
@@ -131,9 +138,10 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
             schedule_params_ = lookup.params;
         }
         stages_ = build_attention(
-            spec_, in, *out_,
+            spec_, in, *outputs_.at("out").first,
             algorithm_options(spec_, get_target(), schedule_name, schedule_params_, shape_class));
-        constrain_argument(*out_, out_dims_);
+        for (auto &entry : outputs_)
+            constrain_argument(*entry.second.first, entry.second.second);
     }
 
     void schedule() {
@@ -154,8 +162,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     std::string schedule_params_; ///< given, or from the tuned tables, or empty: the defaults
     std::map<std::string, std::pair<GeneratorInput<Buffer<>> *, std::vector<TensorDim>>> inputs_;
     std::map<std::string, GeneratorInput<Halide::Expr> *> scalars_;
-    GeneratorOutput<Buffer<>> *out_ = nullptr;
-    std::vector<TensorDim> out_dims_;
+    std::map<std::string, std::pair<GeneratorOutput<Buffer<>> *, std::vector<TensorDim>>> outputs_;
 };
 
 } // namespace attngen

@@ -26,13 +26,26 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     in.attn_bias = buffer("attn_bias");
     in.rope_cos = buffer("rope_cos");
     in.rope_sin = buffer("rope_sin");
+    in.k_cache = buffer("k_cache");
+    in.v_cache = buffer("v_cache");
+    in.block_table = buffer("block_table");
+    in.cache_lengths = buffer("cache_lengths");
+    in.query_lengths = buffer("query_lengths");
 
     // Lq and Lk are the sequence extents (dimension 1) of the query and key inputs.
     const bool projected = spec.projections.any();
     const char *queries = projected ? "x" : "query";
     const char *keys = projected ? (spec.cross_attention ? "context" : "x") : "key";
     in.query_len = arguments.extents.at(queries).at(1);
-    in.key_len = arguments.extents.at(keys).at(1);
+    if (spec.cache.any()) {
+        // The keys are the cached tokens and the new ones, up to the longest sequence.
+        in.key_len = arguments.scalars.at("key_count");
+        in.cache_extents = arguments.extents.at("k_cache");
+        if (spec.cache.kind == CacheSpec::Kind::paged)
+            in.max_blocks = arguments.extents.at("block_table").at(0);
+    } else {
+        in.key_len = arguments.extents.at(keys).at(1);
+    }
 
     for (const RuntimeTensor &tensor : spec.tensors) {
         in.tensors[tensor.name] = arguments.buffers.at(tensor.name);

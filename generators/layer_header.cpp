@@ -35,6 +35,15 @@ std::string rope_info(const AttentionSpec &spec) {
         rope.scaling.original_max_positions, rope.table ? "true" : "false");
 }
 
+/** The layer's attngen::CacheInfo as an initializer. */
+std::string cache_info(const AttentionSpec &spec) {
+    const char *kind = spec.cache.kind == CacheSpec::Kind::paged        ? "paged"
+                       : spec.cache.kind == CacheSpec::Kind::contiguous ? "contiguous"
+                                                                        : "none";
+    return fmt::format("{{attngen::CacheKind::{}, {}, {}}}", kind, spec.cache.block_size,
+                       runtime_dtype(spec.resolved_cache_dtype()));
+}
+
 const char *cpp_bool(bool value) {
     return value ? "true" : "false";
 }
@@ -114,10 +123,25 @@ std::string argument_docs(const AttentionSpec &spec) {
             line("bq (H*D), bk and bv (Hkv*D)");
         if (proj.out)
             line(proj.bias ? "wo (model_dim, H*D), bo (model_dim)" : "wo (model_dim, H*D)");
+    } else if (spec.cache.any()) {
+        line("query    (B, H, Lq, D): the new tokens");
+        line("key      (B, Hkv, Lq, D)");
+        line("value    (B, Hkv, Lq, D)");
     } else {
         line("query    (B, H, Lq, D)");
         line("key      (B, Hkv, Lk, D)");
         line("value    (B, Hkv, Lk, D)");
+    }
+    if (spec.cache.any()) {
+        const std::string dtype = to_string(spec.resolved_cache_dtype());
+        if (spec.cache.kind == CacheSpec::Kind::paged) {
+            line("k_cache, v_cache (blocks, Hkv, " + std::to_string(spec.cache.block_size) +
+                 ", D) " + dtype + ", appended to");
+            line("block_table (B, max_blocks) int32");
+        } else {
+            line("k_cache, v_cache (B, Hkv, capacity, D) " + dtype + ", appended to");
+        }
+        line("cache_lengths (B) int32: tokens cached; query_lengths (B) int32, optional");
     }
     if (spec.mask.key_padding)
         line("key_lengths (B) int32 in [0, Lk]");
@@ -217,7 +241,7 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
     return fmt::format(
         R"(// The attention layer '{name}':
 // heads={heads} kv_heads={kv_heads} head_dim={head_dim} model_dim={model_dim} scale={scale:.17g}
-// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{rope_comment}
+// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{rope_comment}{cache_comment}
 {expression_comment}
 extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 
@@ -230,7 +254,7 @@ inline const attngen::Layer &{name}_layer() {{
 {extras_decl}    static const attngen::Layer layer{{
         {{"{name}", {model_dim}, {heads}, {kv_heads}, {head_dim}, {scale:.17g}, {rt_dtype},
          {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive},
-         {expressions}, {extras_ptr}, {extra_count}, {rope}}},
+         {expressions}, {extras_ptr}, {extra_count}, {rope}, {cache}}},
         {halide}_metadata,
         variants,
         {variant_count}}};
@@ -268,7 +292,11 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
                                                      extras + "    };\n"),
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
-        fmt::arg("rope", rope_info(spec)),
+        fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
+        fmt::arg("cache_comment", spec.cache.any()
+                                      ? "\n// cache=" + cache_text(spec.cache) +
+                                            " cache_dtype=" + to_string(spec.resolved_cache_dtype())
+                                      : std::string()),
         fmt::arg("rope_comment",
                  spec.rope.any() ? "\n// rope=" + rope_text(spec.rope) +
                                        " rope_theta=" + number_text(spec.rope.theta) +

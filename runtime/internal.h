@@ -3,6 +3,7 @@
 
 #include "attngen/runtime.h"
 
+#include <cstdint>
 #include <string>
 
 struct halide_buffer_t;
@@ -26,6 +27,22 @@ inline const ExtraArgument *find_extra(const LayerInfo &info, const std::string 
             return &info.extras[i];
     return nullptr;
 }
+
+/** What validation learns of a call's sizes, for run(). */
+struct CallShape {
+    int64_t batch = 0, query_len = 0;
+    /** A cached layer's longest sequence after the call, at least 1: the pipeline's key_count. */
+    int32_t key_count = 0;
+};
+
+/** Element (i, j) of a validated rank-1 or rank-2 i32 tensor in host memory. */
+inline int32_t int_element(const Tensor &tensor, int64_t i, int64_t j = 0) {
+    const auto *values = static_cast<const int32_t *>(tensor.data);
+    return values[i * tensor.strides[0] + (tensor.rank > 1 ? j * tensor.strides[1] : 0)];
+}
+
+/** validate(), also giving the call's sizes. */
+Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape);
 
 /** Installs the Halide hooks (error routing, scratch allocator) once. */
 void install_halide_hooks();

@@ -6,7 +6,9 @@
 
 #include "HalideRuntime.h"
 
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,12 +99,21 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
                             {"key_lengths", &args.key_lengths},
                             {"attn_bias", &args.attn_bias},
                             {"rope_cos", &args.rope_cos},
-                            {"rope_sin", &args.rope_sin}};
+                            {"rope_sin", &args.rope_sin},
+                            {"block_table", &args.block_table},
+                            {"cache_lengths", &args.cache_lengths},
+                            {"query_lengths", &args.query_lengths}};
     for (const Named &input : inputs)
         if (std::strcmp(name, input.name) == 0) {
             *data = input.tensor->data;
             *on_device = input.tensor->on_device;
             return input.tensor;
+        }
+    for (const MutableTensor *cache : {&args.k_cache, &args.v_cache})
+        if (std::strcmp(name, cache == &args.k_cache ? "k_cache" : "v_cache") == 0) {
+            *data = cache->data;
+            *on_device = cache->on_device;
+            return cache;
         }
     const Tensor *declared = internal::find_named(args.tensors, name);
     if (declared != nullptr) {
@@ -111,6 +122,78 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
     }
     return declared;
 }
+
+/** Whether Halide's name for an output buffer is `name` (Halide may add "$N" to it). */
+bool output_named(const char *halide_name, const char *name) {
+    const size_t length = std::strlen(name);
+    return std::strncmp(halide_name, name, length) == 0 &&
+           (halide_name[length] == '\0' || halide_name[length] == '$');
+}
+
+/**
+ * A cached layer's part of a call: the query lengths when the caller gave none, the new rows the
+ * pipeline outputs (B, Hkv, Lq, D) in the cache's type, and their append to the caches.
+ */
+struct CacheCall {
+    std::vector<int32_t> default_lengths;
+    Tensor query_lengths;
+    MutableTensor k_new, v_new;
+    std::vector<uint8_t> k_rows, v_rows;
+
+    CacheCall(const LayerInfo &info, const Arguments &args, const internal::CallShape &shape) {
+        if (!args.query_lengths.given()) {
+            default_lengths.assign(static_cast<size_t>(shape.batch),
+                                   static_cast<int32_t>(shape.query_len));
+            query_lengths = view(default_lengths.data(), {shape.batch});
+        }
+        const DType dtype = info.cache.dtype;
+        const size_t bytes =
+            static_cast<size_t>(shape.batch * info.kv_heads * shape.query_len * info.head_dim) *
+            dtype_size(dtype);
+        k_rows.resize(bytes);
+        v_rows.resize(bytes);
+        const std::initializer_list<int64_t> rows = {shape.batch, info.kv_heads, shape.query_len,
+                                                     info.head_dim};
+        k_new = mutable_view(k_rows.data(), dtype, rows);
+        v_new = mutable_view(v_rows.data(), dtype, rows);
+    }
+
+    /** Copies each sequence's new rows to positions [cache length, + query length). */
+    void append(const LayerInfo &info, const Arguments &args) const {
+        const Tensor &lengths = args.query_lengths.given() ? args.query_lengths : query_lengths;
+        const size_t element = dtype_size(info.cache.dtype);
+        const size_t row_bytes = static_cast<size_t>(info.head_dim) * element;
+        const int64_t block_size = info.cache.block_size;
+        const bool paged = info.cache.kind == CacheKind::paged;
+        for (int64_t b = 0; b < k_new.shape[0]; b++) {
+            const int64_t cached = internal::int_element(args.cache_lengths, b);
+            const int64_t fresh = internal::int_element(lengths, b);
+            for (int64_t t = 0; t < fresh; t++) {
+                const int64_t position = cached + t;
+                // Element offsets of (sequence or block, kv head 0, slot) in the caches.
+                int64_t outer = b, slot = position;
+                if (paged) {
+                    outer = internal::int_element(args.block_table, b, position / block_size);
+                    slot = position % block_size;
+                }
+                for (int64_t h = 0; h < k_new.shape[1]; h++) {
+                    const int64_t row = ((b * k_new.shape[1] + h) * k_new.shape[2] + t);
+                    const struct {
+                        const MutableTensor &cache;
+                        const std::vector<uint8_t> &rows;
+                    } pairs[] = {{args.k_cache, k_rows}, {args.v_cache, v_rows}};
+                    for (const auto &pair : pairs) {
+                        const MutableTensor &cache = pair.cache;
+                        const int64_t offset = outer * cache.strides[0] + h * cache.strides[1] +
+                                               slot * cache.strides[2];
+                        std::memcpy(static_cast<uint8_t *>(cache.data) + offset * element,
+                                    pair.rows.data() + row * row_bytes, row_bytes);
+                    }
+                }
+            }
+        }
+    }
+};
 
 } // namespace
 
@@ -123,10 +206,14 @@ void install_error_routing() {
 } // namespace internal
 
 Status run(const Layer &layer, const Arguments &args) {
-    Status status = validate(layer, args);
+    internal::CallShape shape;
+    Status status = internal::validate_call(layer, args, shape);
     if (!status)
         return status;
     internal::install_halide_hooks();
+    std::unique_ptr<CacheCall> cache;
+    if (layer.info.cache.kind != CacheKind::none)
+        cache = std::make_unique<CacheCall>(layer.info, args, shape);
 
     const halide_filter_metadata_t *metadata = layer.metadata();
     CallContext context;
@@ -143,6 +230,11 @@ Status run(const Layer &layer, const Arguments &args) {
             has_user_context = true;
             continue;
         }
+        if (cache && std::strcmp(arg.name, "key_count") == 0) {
+            scalars[i].i32 = shape.key_count;
+            argv[i] = &scalars[i];
+            continue;
+        }
         if (arg.kind == halide_argument_kind_input_scalar) {
             const double *given = internal::find_named(args.scalars, arg.name);
             if (given == nullptr)
@@ -156,11 +248,25 @@ Status run(const Layer &layer, const Arguments &args) {
             continue;
         }
         const void *data = args.out.data;
-        const Layout *layout = &args.out; // the one output, whatever Halide named it
+        const Layout *layout = &args.out; // the output, whatever Halide named it
         bool on_device = args.out.on_device;
         const bool is_output = arg.kind == halide_argument_kind_output_buffer;
-        if (!is_output)
+        const MutableTensor *new_rows = !cache || !is_output              ? nullptr
+                                        : output_named(arg.name, "k_new") ? &cache->k_new
+                                        : output_named(arg.name, "v_new") ? &cache->v_new
+                                                                          : nullptr;
+        if (new_rows != nullptr) {
+            layout = new_rows;
+            data = new_rows->data;
+            on_device = false;
+        } else if (cache && !args.query_lengths.given() &&
+                   std::strcmp(arg.name, "query_lengths") == 0) {
+            layout = &cache->query_lengths;
+            data = cache->query_lengths.data;
+            on_device = false;
+        } else if (!is_output) {
             layout = find_argument(args, arg.name, &data, &on_device);
+        }
         if (layout == nullptr)
             return Status::error("attngen: layer '" + std::string(layer.info.name) +
                                  "' has an argument `" + arg.name +
@@ -206,8 +312,11 @@ Status run(const Layer &layer, const Arguments &args) {
     }
     if (!status)
         return status;
-    if (result == 0)
+    if (result == 0) {
+        if (cache)
+            cache->append(layer.info, args);
         return Status();
+    }
     std::string message = context.halide_error.empty()
                               ? "Halide error code " + std::to_string(result)
                               : context.halide_error;

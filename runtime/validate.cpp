@@ -18,7 +18,8 @@ namespace attngen {
 namespace {
 
 /** A run-time size shared by several tensors, bound by the first tensor that has it. */
-enum class Symbol { none, batch, query_len, key_len };
+enum class Symbol { none, batch, query_len, key_len, cache_size, max_blocks, table_rows };
+constexpr int symbol_count = 7;
 
 struct DimRule {
     const char *meaning; ///< "batch", "head_dim", ...
@@ -49,6 +50,8 @@ struct ArgRule {
     DType dtype;
     DimList dims;
     bool on_device = false;
+    bool optional = false;  ///< wanted, but the layer has a default for it
+    bool is_output = false; ///< written by the call (a cache): elements must not overlap
 };
 
 struct Bound {
@@ -76,25 +79,45 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     auto feature = [](const char *meaning, int64_t n) { return DimRule{meaning, Symbol::none, n}; };
     const bool proj = info.projections, bias = info.bias && info.projections;
     const DType t = info.dtype;
-    // A rope table has a row per key position; in self-attention the keys are x's rows.
-    const DimRule positions{"key length",
-                            proj && !info.cross_attention ? Symbol::query_len : Symbol::key_len, 0};
+    // A rope table has a row per key position; in self-attention the keys are x's rows. With
+    // a cache, a row per position of the longest sequence at least (checked by check_cache).
+    const bool cached = info.cache.kind != CacheKind::none;
+    const DimRule positions =
+        cached ? DimRule{"positions", Symbol::table_rows, 0}
+               : DimRule{"key length",
+                         proj && !info.cross_attention ? Symbol::query_len : Symbol::key_len, 0};
+    // With a cache, the keys and values given are the new tokens': Lq of them.
+    const DimRule new_keys = cached ? DimRule{"query length", Symbol::query_len, 0} : lk;
+    const bool paged = info.cache.kind == CacheKind::paged;
+    const DimList cache_dims =
+        paged ? DimList{{"blocks", Symbol::cache_size, 0},
+                        kv_heads,
+                        feature("block_size", info.cache.block_size),
+                        head_dim}
+              : DimList{batch, kv_heads, {"capacity", Symbol::cache_size, 0}, head_dim};
     const DimRule pairs = feature("rotary_dim/2", info.rope.rotary_dim / 2);
 
-    auto rule = [&](const char *name, const Tensor &tensor, bool wanted, const char *why_not,
+    auto rule = [&](const char *name, const auto &tensor, bool wanted, const char *why_not,
                     DType dtype, DimList dims) {
         return ArgRule{name,    &tensor, tensor.given(), tensor.data,     wanted,
                        why_not, dtype,   dims,           tensor.on_device};
     };
+    const char *no_cache = "has no KV cache";
+    ArgRule k_cache = rule("k_cache", args.k_cache, cached, no_cache, info.cache.dtype, cache_dims);
+    ArgRule v_cache = rule("v_cache", args.v_cache, cached, no_cache, info.cache.dtype, cache_dims);
+    k_cache.is_output = v_cache.is_output = true;
+    ArgRule query_lengths =
+        rule("query_lengths", args.query_lengths, cached, no_cache, DType::i32, {batch});
+    query_lengths.optional = true;
     std::vector<ArgRule> rules = {
         rule("query", args.query, !proj, "has projections: pass `x`", t,
              {batch, heads, lq, head_dim}),
         rule("x", args.x, proj, "has no projections: pass `query`, `key` and `value`", t,
              {batch, lq, model_dim}),
         rule("key", args.key, !proj, "has projections: keys come from `x` or `context`", t,
-             {batch, kv_heads, lk, head_dim}),
+             {batch, kv_heads, new_keys, head_dim}),
         rule("value", args.value, !proj, "has projections: values come from `x` or `context`", t,
-             {batch, kv_heads, lk, head_dim}),
+             {batch, kv_heads, new_keys, head_dim}),
         rule("context", args.context, proj && info.cross_attention, "is not cross-attention", t,
              {batch, lk, model_dim}),
         rule("wq", args.wq, proj, "has no projections", t,
@@ -120,6 +143,13 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
         rule("rope_sin", args.rope_sin, info.rope.table,
              "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
+        k_cache,
+        v_cache,
+        rule("block_table", args.block_table, paged,
+             cached ? "has a contiguous cache, not a paged one" : no_cache, DType::i32,
+             {batch, {"max_blocks", Symbol::max_blocks, 0}}),
+        rule("cache_lengths", args.cache_lengths, cached, no_cache, DType::i32, {batch}),
+        query_lengths,
     };
     return rules;
 }
@@ -269,9 +299,103 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
     return Status();
 }
 
+/**
+ * A cached layer's lengths and block table, once every tensor's shape is checked: the sequences
+ * fit their caches, the blocks they use exist, no block is written by two sequences, and the
+ * rope tables cover the positions. Sets shape.key_count.
+ */
+Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallShape &shape) {
+    for (const auto *cache : {&args.k_cache, &args.v_cache})
+        if (cache->on_device)
+            return Status::error(std::string("attngen: `") +
+                                 (cache == &args.k_cache ? "k_cache" : "v_cache") +
+                                 "` is device memory, but a cached layer runs on the CPU and "
+                                 "appends to host caches");
+    for (const Tensor *lengths : {&args.cache_lengths, &args.query_lengths})
+        if (lengths->on_device)
+            return Status::error(
+                std::string("attngen: `") +
+                (lengths == &args.cache_lengths ? "cache_lengths" : "query_lengths") +
+                "` is device memory; a cached layer reads its lengths on the host");
+    const Span k_span = span_of(args.k_cache, args.k_cache.data);
+    const Span v_span = span_of(args.v_cache, args.v_cache.data);
+    if (k_span.first <= v_span.last && v_span.first <= k_span.last)
+        return Status::error("attngen: `v_cache` overlaps `k_cache`; the call appends to both, so "
+                             "they must not share memory");
+
+    const bool paged = info.cache.kind == CacheKind::paged;
+    const int64_t block_size = info.cache.block_size;
+    const int64_t capacity = paged ? args.block_table.shape[1] * block_size : args.k_cache.shape[2];
+    const int64_t blocks = paged ? args.k_cache.shape[0] : 0;
+    const bool given_lengths = args.query_lengths.given();
+    // The blocks each sequence writes, as (block, sequence, logical block), to find the shared.
+    struct Written {
+        int64_t block, sequence, logical;
+    };
+    std::vector<Written> written;
+    int64_t longest = 1; // at least one key, so that every clamp in the pipeline has a range
+    for (int64_t b = 0; b < shape.batch; b++) {
+        const std::string at = "[" + std::to_string(b) + "]";
+        const int64_t cached = internal::int_element(args.cache_lengths, b);
+        const int64_t fresh =
+            given_lengths ? internal::int_element(args.query_lengths, b) : shape.query_len;
+        if (cached < 0)
+            return Status::error("attngen: `cache_lengths" + at + "` is " + std::to_string(cached) +
+                                 " but must be at least 0");
+        if (fresh < 0 || fresh > shape.query_len)
+            return Status::error("attngen: `query_lengths" + at + "` is " + std::to_string(fresh) +
+                                 " but must be in [0, " + std::to_string(shape.query_len) +
+                                 "] (the query length)");
+        const int64_t end = cached + fresh;
+        if (end > capacity)
+            return Status::error(
+                "attngen: `" + std::string(paged ? "block_table" : "cache_lengths") + at +
+                "` leaves no room: sequence " + std::to_string(b) + " holds " +
+                std::to_string(cached) + " tokens and brings " + std::to_string(fresh) +
+                ", past its " +
+                (paged ? std::to_string(args.block_table.shape[1]) + " blocks of " +
+                             std::to_string(block_size) + " positions"
+                       : "cache's capacity of " + std::to_string(capacity) + " positions"));
+        longest = std::max(longest, end);
+        if (!paged)
+            continue;
+        for (int64_t logical = 0; logical * block_size < end; logical++) {
+            const int64_t block = internal::int_element(args.block_table, b, logical);
+            if (block < 0 || block >= blocks)
+                return Status::error(
+                    "attngen: `block_table" + at + "[" + std::to_string(logical) + "]` is " +
+                    std::to_string(block) + " but must be a block of the cache, in [0, " +
+                    std::to_string(blocks - 1) + "]: sequence " + std::to_string(b) +
+                    " uses positions up to " + std::to_string(end - 1));
+            if (fresh > 0 && (logical + 1) * block_size > cached)
+                written.push_back({block, b, logical});
+        }
+    }
+    std::sort(written.begin(), written.end(),
+              [](const Written &x, const Written &y) { return x.block < y.block; });
+    for (size_t i = 1; i < written.size(); i++)
+        if (written[i].block == written[i - 1].block) {
+            const Written &x = written[i - 1], &y = written[i];
+            return Status::error("attngen: `block_table[" + std::to_string(x.sequence) + "][" +
+                                 std::to_string(x.logical) + "]` and `block_table[" +
+                                 std::to_string(y.sequence) + "][" + std::to_string(y.logical) +
+                                 "]` are both block " + std::to_string(x.block) +
+                                 ", and the call writes new tokens into each");
+        }
+    if (info.rope.table && args.rope_cos.shape[0] < longest)
+        return Status::error("attngen: `rope_cos` and `rope_sin` have " +
+                             std::to_string(args.rope_cos.shape[0]) +
+                             " positions, but the call reaches position " +
+                             std::to_string(longest - 1) + ": they need a row per position");
+    shape.key_count = static_cast<int32_t>(longest);
+    return Status();
+}
+
 } // namespace
 
-Status validate(const Layer &layer, const Arguments &args) {
+namespace internal {
+
+Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape) {
     const LayerInfo &info = layer.info;
     if (layer.variants == nullptr || layer.variant_count < 1 || layer.metadata == nullptr ||
         info.name == nullptr)
@@ -283,7 +407,7 @@ Status validate(const Layer &layer, const Arguments &args) {
         return status;
     if (Status status = check_declared_scalars(info, args); !status)
         return status;
-    Bound bound[4];
+    Bound bound[symbol_count];
     for (const ArgRule &rule : rules) {
         if (!rule.wanted) {
             if (rule.given)
@@ -291,12 +415,14 @@ Status validate(const Layer &layer, const Arguments &args) {
                                      info.name + "' " + rule.why_not);
             continue;
         }
+        if (!rule.given && rule.optional)
+            continue;
         if (!rule.given)
             return Status::error("attngen: layer '" + std::string(info.name) + "' needs " +
                                  quoted(rule.name) + " " + shape_text(rule.dims) +
                                  " but it was not given");
-        Status status =
-            check_layout(rule.name, *rule.layout, rule.data, rule.dtype, rule.dims, info, false);
+        Status status = check_layout(rule.name, *rule.layout, rule.data, rule.dtype, rule.dims,
+                                     info, rule.is_output);
         if (!status)
             return status;
         for (size_t i = 0; i < rule.dims.size(); i++) {
@@ -325,7 +451,10 @@ Status validate(const Layer &layer, const Arguments &args) {
     int64_t key_len = bound[static_cast<int>(Symbol::key_len)].value;
     if (key_len < 0)
         key_len = query_len; // self-attention with projections: keys come from x
-    if (info.rope.table && query_len > key_len)
+    shape.batch = batch;
+    shape.query_len = query_len;
+    const bool cached = info.cache.kind != CacheKind::none;
+    if (info.rope.table && !cached && query_len > key_len)
         return Status::error("attngen: `rope_cos` and `rope_sin` hold key positions 0.." +
                              std::to_string(key_len - 1) + ", and query q sits at q + Lk - Lq: " +
                              "rope = table needs Lq <= Lk, got Lq " + std::to_string(query_len) +
@@ -389,7 +518,14 @@ Status validate(const Layer &layer, const Arguments &args) {
                                      std::to_string(key_len) + "] (the key length)");
         }
     }
-    return Status();
+    return cached ? check_cache(info, args, shape) : Status();
+}
+
+} // namespace internal
+
+Status validate(const Layer &layer, const Arguments &args) {
+    internal::CallShape shape;
+    return internal::validate_call(layer, args, shape);
 }
 
 } // namespace attngen

@@ -454,14 +454,31 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
  * computed once per call (inlined, the rotation would run once per score), in parallel tasks.
  */
 void schedule_rope(AttentionStages &s, int lanes) {
+    const int head_dim = s.spec.resolved_head_dim();
+    if (s.k_new.defined()) {
+        // A cached layer's new rows: parallel over heads and sequences.
+        for (Func rows : {s.k_new, s.v_new}) {
+            Var task{rows.name() + "_task"};
+            rows.fuse(s.h, s.b, task)
+                .parallel(task)
+                .vectorize(s.d, vector_width_dividing(head_dim, lanes));
+        }
+    }
     if (!s.rope_table.defined())
         return;
-    const int head_dim = s.spec.resolved_head_dim(), half = s.spec.resolved_rotary_dim() / 2;
-    Var positions{"rope_positions"}, task{"rope_task"};
-    s.rope_table.compute_root()
-        .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
-        .parallel(positions)
-        .vectorize(s.pair, vector_width_dividing(half, lanes));
+    const int half = s.spec.resolved_rotary_dim() / 2;
+    if (s.k_new.defined()) {
+        // The angles of the new tokens' positions only, inside their rotation: at root, the
+        // table would cover every cached position, each call.
+        s.rope_table.compute_inline();
+    } else {
+        Var positions{"rope_positions"};
+        s.rope_table.compute_root()
+            .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
+            .parallel(positions)
+            .vectorize(s.pair, vector_width_dividing(half, lanes));
+    }
+    Var task{"rope_task"};
     for (Func rotated : {s.q_rope, s.k_rope}) {
         rotated.compute_root().fuse(s.h, s.b, task).parallel(task);
         if (s.spec.rope.kind == RopeKind::neox) {

@@ -52,9 +52,10 @@ bool is_shape_class(const std::string &name) {
 std::string spec_hash(const AttentionSpec &spec) {
     std::string canonical;
     for (const auto &entry : spec_to_params(spec)) {
-        // Without rotary embeddings, the hash of every layer from before they existed.
+        // Without rotary embeddings or a cache, the hash of every layer from before they existed.
         const bool rope_field = entry.first.rfind("rope", 0) == 0 || entry.first == "rotary_dim";
-        if (!rope_field || spec.rope.any())
+        const bool cache_field = entry.first.rfind("cache", 0) == 0;
+        if ((!rope_field || spec.rope.any()) && (!cache_field || spec.cache.any()))
             canonical += entry.first + "=" + entry.second + ";";
     }
     if (spec.score_mod)

@@ -276,6 +276,15 @@ expect 1 "export a missing log" "$attngen" tune export "$work/missing.jsonl"
 expect 1 "compile with a bad shape class" "$attngen" compile "$spec" --target host \
     --shape-class medium -o "$work/lib_bad"
 
+# A layer with a KV cache: check shows it; run and tune, which do not fill caches, refuse it.
+echo "attention cached { heads = 2; head_dim = 16; mask = causal; cache = paged(16) }" \
+    > "$work/cached.attn"
+expect 0 "check a cached layer" "$attngen" check "$work/cached.attn"
+contains "$work/out.txt" "cache=paged(16) cache_dtype=f32" "check shows the cache"
+expect 1 "run a cached layer" "$attngen" run "$work/cached.attn" --shape 2,13 --runs 1
+contains "$work/err.txt" "layer 'cached' has a KV cache (cache = paged(16))" \
+    "run says why it refuses a cached layer"
+
 # Every layer of every spec in examples/ and tests/ generates and matches the reference.
 shopt -s nullglob
 for spec_file in "$source"/examples/*.attn "$source"/examples/*/*.attn \

@@ -710,3 +710,23 @@ TEST_CASE("rotary embedding fields parse, print back, and name their errors wher
     CHECK(table.rope.kind == attngen::RopeKind::interleaved);
     check_round_trip(table);
 }
+
+TEST_CASE("KV cache fields parse and print back") {
+    AttentionSpec paged = one_layer("attention decode {\n"
+                                    "    model_dim = 256; heads = 8; kv_heads = 2\n"
+                                    "    projections = q, k, v, out; mask = causal; rope = neox\n"
+                                    "    cache = paged(16); cache_dtype = f16\n"
+                                    "}\n");
+    CHECK(paged.cache.kind == attngen::CacheSpec::Kind::paged);
+    CHECK(paged.cache.block_size == 16);
+    CHECK(paged.resolved_cache_dtype() == attngen::DType::f16);
+    check_round_trip(paged);
+    CHECK(to_attn(paged).find("    cache = paged(16)\n    cache_dtype = f16\n") !=
+          std::string::npos);
+
+    AttentionSpec contiguous =
+        one_layer("attention steps { heads = 4; head_dim = 32; cache = contiguous }");
+    CHECK(contiguous.cache.kind == attngen::CacheSpec::Kind::contiguous);
+    CHECK(!contiguous.cache.dtype);
+    check_round_trip(contiguous);
+}

@@ -260,3 +260,64 @@ TEST_CASE("rotary frequencies follow theta, linear scaling and llama3's three ba
     CHECK(llama3[2] == Approx(plain[2] / 8.0).epsilon(1e-15));
     CHECK(llama3[3] == Approx(plain[3] / 8.0).epsilon(1e-15));
 }
+
+TEST_CASE("KV caches: the rules on their fields, and their text forms") {
+    AttentionSpec spec = sdpa(4, 64);
+    CHECK(!spec.cache.any());
+    CHECK(spec.resolved_cache_dtype() == attngen::DType::f32);
+
+    REQUIRE(attngen::parse_cache(" paged( 16 ) ", spec.cache));
+    CHECK(spec.cache.kind == attngen::CacheSpec::Kind::paged);
+    CHECK(spec.cache.block_size == 16);
+    CHECK(attngen::cache_text(spec.cache) == "paged(16)");
+    spec.cache.dtype = attngen::DType::f16;
+    spec.mask.causal = true;
+    CHECK(problems(spec).empty());
+    CHECK(spec.resolved_cache_dtype() == attngen::DType::f16);
+    for (const char *bad : {"paged", "paged()", "paged(x)", "paged(-1)", "pages(16)", "flat"})
+        CHECK_FALSE(attngen::parse_cache(bad, spec.cache));
+    spec.cache.block_size = 0;
+    CHECK(problems(spec) == "cache: paged(N) needs 1 to 65536 positions per block, got 0");
+    REQUIRE(attngen::parse_cache("contiguous", spec.cache));
+    CHECK(spec.cache.block_size == 0);
+    CHECK(problems(spec).empty());
+
+    spec.mask.key_padding = spec.mask.additive = true;
+    CHECK(problems(spec) ==
+          "mask: padding does not combine with a cache (cache = contiguous): cache_lengths and "
+          "query_lengths already bound each sequence's keys\n"
+          "mask: additive does not combine with a cache (cache = contiguous): attn_bias would "
+          "need a column per position; use a score_mod of the positions q and k");
+
+    AttentionSpec cross;
+    cross.model_dim = 64;
+    cross.heads = 4;
+    cross.projections = {true, true, true, false, false};
+    cross.cross_attention = true;
+    cross.cache.kind = attngen::CacheSpec::Kind::contiguous;
+    CHECK(problems(cross) == "cross: cannot be combined with a cache (cache = contiguous): the "
+                             "keys and values are the cached tokens and the new ones");
+
+    AttentionSpec uncached = sdpa(4, 64);
+    uncached.cache.dtype = attngen::DType::bf16;
+    CHECK(problems(uncached) ==
+          "cache_dtype: needs a cache (cache = contiguous or paged(N)); the layer has none");
+
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "64"}, {"cache", "paged(32)"}, {"cache_dtype", "bf16"}},
+        errors);
+    REQUIRE(errors.empty());
+    CHECK(attngen::spec_to_params(parsed).at("cache") == "paged(32)");
+    CHECK(attngen::spec_to_params(parsed).at("cache_dtype") == "bf16");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(attngen::spec_to_params(round_trip) == attngen::spec_to_params(parsed));
+    CHECK(attngen::spec_to_params(sdpa(4, 64)).at("cache_dtype") == "default");
+
+    attngen::spec_from_params({{"cache", "paged(sixteen)"}, {"cache_dtype", "f64"}}, errors);
+    CHECK(attngen::describe_errors(errors) ==
+          "cache: expected none, contiguous or paged(N), got 'paged(sixteen)'\n"
+          "cache_dtype: expected f32, f16, bf16 or 'default', got 'f64'");
+}

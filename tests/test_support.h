@@ -4,6 +4,7 @@
 
 #include "attngen/runtime.h"
 #include "reference_attention.h"
+#include "storage_types.h"
 
 #include <cstdint>
 #include <map>
@@ -14,12 +15,6 @@ namespace attngen_test {
 
 /** The seed of a test: ATTNGEN_TEST_SEED if set, else `fallback`; printed by the caller. */
 uint32_t test_seed(uint32_t fallback);
-
-/** Storage round trips, written out plainly (round to nearest even). */
-uint16_t to_f16(float value);
-float from_f16(uint16_t bits);
-uint16_t to_bf16(float value);
-float from_bf16(uint16_t bits);
 
 /** A tensor of the layer's storage type and the exact float values it holds. */
 struct HostTensor {

@@ -122,6 +122,10 @@ std::string parse_scalars(const std::vector<std::string> &words, const Attention
 }
 
 std::string check_problem(const AttentionSpec &spec, const ProblemShape &shape) {
+    if (spec.cache.any())
+        return fmt::format("layer '{}' has a KV cache (cache = {}), which attngen run and tune do "
+                           "not fill: generate it and call it from C++ (docs/cache.md)",
+                           spec.name, cache_text(spec.cache));
     if (spec.projections.any() && !spec.cross_attention && shape.keys != shape.queries)
         return fmt::format("layer '{}' is self-attention: its keys are its queries, so shape {} "
                            "needs Lk = Lq",

@@ -96,6 +96,18 @@ struct Arguments {
     // Rotary embeddings from tables (rope = table): f32 cos and sin of each rotary pair's angle
     // at each key position 0..Lk-1 (a query q sits at q + Lk - Lq, so Lq <= Lk).
     Tensor rope_cos, rope_sin; ///< (Lk, rotary_dim / 2) f32
+    // KV cache (layers with `cache`). The new tokens are query, key and value (B, H or Hkv,
+    // Lq, D), or x (B, Lq, M); new token t of sequence b sits at position cache_lengths[b] + t.
+    // The call writes the new tokens' K (rotated) and V at positions [cache_lengths[b],
+    // cache_lengths[b] + query_lengths[b]) of sequence b's cache, after the attention has run
+    // and only when it succeeded; nothing else in the caches is written.
+    MutableTensor k_cache, v_cache; ///< in the cache dtype: contiguous (B, Hkv, capacity, D);
+                                    ///< paged (blocks, Hkv, block_size, D)
+    Tensor block_table;   ///< (B, max_blocks) int32, paged caches: sequence b's position p is
+                          ///< slot p % block_size of block block_table[b][p / block_size]
+    Tensor cache_lengths; ///< (B) int32 >= 0: tokens already cached per sequence
+    Tensor query_lengths; ///< (B) int32 in [0, Lq]: new tokens per sequence (optional: Lq each);
+                          ///< output rows at or past a sequence's length are written as zeros
     // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
     MutableTensor out;
 
@@ -133,6 +145,14 @@ struct RopeInfo {
     bool table = false; ///< cos and sin from the call's rope_cos and rope_sin
 };
 
+/** A layer's KV cache (its `cache` and `cache_dtype` fields). */
+enum class CacheKind { none, contiguous, paged };
+struct CacheInfo {
+    CacheKind kind = CacheKind::none;
+    int block_size = 0; ///< positions per block of a paged cache
+    DType dtype = DType::f32;
+};
+
 /** What a layer was generated for. Written into each generated header. */
 struct LayerInfo {
     const char *name;
@@ -154,6 +174,7 @@ struct LayerInfo {
     const ExtraArgument *extras; ///< the declared tensors and scalars
     int extra_count;
     RopeInfo rope;
+    CacheInfo cache;
 };
 
 /** Where a layer variant runs. */

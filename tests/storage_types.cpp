@@ -1,0 +1,59 @@
+// See storage_types.h.
+#include "storage_types.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace attngen_test {
+
+uint16_t to_f16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    uint32_t sign = (bits >> 16) & 0x8000u;
+    int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+    uint32_t mantissa = bits & 0x7fffffu;
+    if (((bits >> 23) & 0xff) == 0xff) // inf or nan
+        return static_cast<uint16_t>(sign | 0x7c00u | (mantissa ? 0x200u : 0));
+    if (exponent >= 31)
+        return static_cast<uint16_t>(sign | 0x7c00u);
+    if (exponent <= 0) { // subnormal or zero
+        if (exponent < -10)
+            return static_cast<uint16_t>(sign);
+        mantissa |= 0x800000u;
+        int shift = 14 - exponent;
+        uint32_t half = mantissa >> shift, rest = mantissa & ((1u << shift) - 1);
+        uint32_t halfway = 1u << (shift - 1);
+        if (rest > halfway || (rest == halfway && (half & 1)))
+            half++;
+        return static_cast<uint16_t>(sign | half);
+    }
+    uint32_t half = (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+    uint32_t rest = mantissa & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
+        half++; // may carry into the exponent, which is the right rounding
+    return static_cast<uint16_t>(sign | half);
+}
+
+float from_f16(uint16_t bits) {
+    int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+    double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)
+                       : exponent == 31 ? (mantissa ? std::nan("") : INFINITY)
+                                        : std::ldexp(mantissa + 1024, exponent - 25);
+    return static_cast<float>((bits & 0x8000) ? -magnitude : magnitude);
+}
+
+uint16_t to_bf16(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, 4);
+    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1);
+    return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float from_bf16(uint16_t bits) {
+    uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+}
+
+} // namespace attngen_test
