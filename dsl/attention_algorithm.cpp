@@ -41,7 +41,30 @@ Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argum
 
 namespace {
 
+/**
+ * An f16 value widened to f32 exactly, in integer and f32 vector arithmetic: the sign, exponent
+ * and mantissa bits moved to their f32 places and the exponent rebased by a multiply by 2^112
+ * (which also makes subnormals exact), infinities and NaNs rebuilt apart. Halide 14 widens f16
+ * through a longer emulation on x86, even with F16C: decode steps over an f16 KV cache were
+ * bound by it rather than by memory.
+ */
+Expr widen_f16(const Expr &half) {
+    using Halide::cast;
+    using Halide::reinterpret;
+    auto u32 = [](uint32_t constant) {
+        return Halide::Internal::make_const(Halide::UInt(32), constant);
+    };
+    Expr bits = cast<uint32_t>(reinterpret<uint16_t>(half));
+    Expr magnitude = (bits & u32(0x7fff)) << 13;
+    Expr finite = reinterpret<float>(magnitude) * 5.192296858534828e33f; // 2^112
+    Expr special = reinterpret<float>(magnitude | u32(0x7f800000));      // inf, NaN
+    Expr value = Halide::select(magnitude >= u32(0x7c00u << 13), special, finite);
+    return reinterpret<float>(reinterpret<uint32_t>(value) | ((bits & u32(0x8000)) << 16));
+}
+
 Expr f32(const Expr &value) {
+    if (value.type().is_float() && value.type().bits() == 16 && !value.type().is_bfloat())
+        return widen_f16(value);
     return Halide::cast<float>(value);
 }
 

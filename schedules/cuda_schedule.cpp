@@ -129,27 +129,38 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         gemm(s.k_proj, k, h, b, "kp");
         gemm(s.v_proj, k, h, b, "vp");
     }
+    // An elementwise stage as a kernel at root: 32 x 8 tiles of (x, y), the outer dimensions
+    // (fused) as the third block dimension.
+    auto elementwise = [](Func stage, const Var &x, const Var &y, std::vector<Var> outer,
+                          const std::string &prefix) {
+        Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
+        stage.compute_root().tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
+        if (outer.size() == 2) {
+            Var fused{prefix + "_bz"};
+            stage.fuse(outer[0], outer[1], fused);
+            outer = {fused};
+        }
+        std::vector<Halide::VarOrRVar> blocks = {xo, yo};
+        blocks.insert(blocks.end(), outer.begin(), outer.end());
+        if (blocks.size() == 3)
+            stage.gpu_blocks(blocks[0], blocks[1], blocks[2]);
+        else
+            stage.gpu_blocks(blocks[0], blocks[1]);
+        stage.gpu_threads(xi, yi);
+    };
+    // A cached layer's new rows, outputs of their own (the runtime appends them to the cache).
+    if (s.k_new.defined()) {
+        elementwise(s.k_new, d, k, {h, b}, "kn");
+        elementwise(s.v_new, d, k, {h, b}, "vn");
+    }
     // Rotary embeddings: the table and the rotated queries and keys, each a kernel at root, so
     // that the steps stage rotated rows rather than rotating them again for every tile.
     if (s.rope_table.defined()) {
-        auto elementwise = [](Func stage, const Var &x, const Var &y, std::vector<Var> outer,
-                              const std::string &prefix) {
-            Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
-            stage.compute_root().tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
-            if (outer.size() == 2) {
-                Var fused{prefix + "_bz"};
-                stage.fuse(outer[0], outer[1], fused);
-                outer = {fused};
-            }
-            std::vector<Halide::VarOrRVar> blocks = {xo, yo};
-            blocks.insert(blocks.end(), outer.begin(), outer.end());
-            if (blocks.size() == 3)
-                stage.gpu_blocks(blocks[0], blocks[1], blocks[2]);
-            else
-                stage.gpu_blocks(blocks[0], blocks[1]);
-            stage.gpu_threads(xi, yi);
-        };
-        elementwise(s.rope_table, s.pair, s.position, {}, "rt");
+        // With a cache, the angles of the new tokens' positions only, inside their rotation.
+        if (s.k_new.defined())
+            s.rope_table.compute_inline();
+        else
+            elementwise(s.rope_table, s.pair, s.position, {}, "rt");
         elementwise(s.q_rope, d, q, {h, b}, "qr");
         elementwise(s.k_rope, d, k, {h, b}, "kr");
     }

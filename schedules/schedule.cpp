@@ -259,12 +259,6 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
                 "schedule 'cuda' needs a GPU target (cuda or opencl), got " + target.to_string();
             return resolved;
         }
-        if (spec.cache.any()) {
-            resolved.problem = "the GPU schedule does not take a KV cache yet (layer '" +
-                               spec.name + "', cache = " + cache_text(spec.cache) +
-                               "): generate it for a CPU target";
-            return resolved;
-        }
         resolved.gpu = gpu_schedule_params(spec, shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
         const int heads = resolved.gpu.heads_per_block;

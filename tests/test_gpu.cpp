@@ -5,14 +5,17 @@
 // where f16 storage is tested too (PoCL's CPU device has no cl_khr_fp16). The same layers carry
 // a CPU variant, so the GPU policy's fallback and its errors are tested here too. Without a
 // device of the API the GPU cases say so and skip, unless ATTNGEN_REQUIRE_GPU=1 (CI sets it).
+#include "cached_batch.h"
 #include "device_buffer.h"
 #include "test_support.h"
 
 #include "c_d16_cuda_fallback.h"
 #include "g_d128_plain.h"
+#include "g_d16_cache_decode.h"
 #include "g_d16_mqa_padding.h"
 #include "g_d16_rope_table.h"
 #include "g_d32_all_masks.h"
+#include "g_d32_cache_paged.h"
 #include "g_d32_decode_masks.h"
 #include "g_d32_rope_decode.h"
 #include "g_d32_shared_heads.h"
@@ -83,6 +86,24 @@ void check_on_gpu(const attngen::Layer &layer, uint32_t seed) {
 }
 
 } // namespace
+
+TEST_CASE("GPU schedule: a paged KV cache with rotary embeddings, step after step") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_steps_against_reference(g_d32_cache_paged_layer(), 531);
+    CHECK(attngen::last_device() == test_api);
+}
+
+TEST_CASE("GPU split-KV decode form: a contiguous KV cache after projections, and chunked prefill "
+          "against one prefill") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_steps_against_reference(g_d16_cache_decode_layer(), 532);
+    check_chunks_match_one_prefill(g_d16_cache_decode_layer(), 533);
+    CHECK(attngen::last_device() == test_api);
+}
 
 TEST_CASE("GPU schedule: grouped-query causal attention, head_dim 64") {
     check_on_gpu(g_d64_gqa_causal_layer(), 501);
