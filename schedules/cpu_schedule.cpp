@@ -450,10 +450,32 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
 }
 
 /**
- * Rotary embeddings: the table and the rotated queries and keys at root, so that each is
- * computed once per call (inlined, the rotation would run once per score), in parallel tasks.
+ * Vectorizes `rows` (d, ...) along the features. A rotated neox row is split into blocks of
+ * rotary_dim / 2 features, the blocks unrolled: in each, which half a feature is in is a
+ * constant, so its pair and partner are dense vectors, where a select between the halves per
+ * lane made them gathers.
  */
-void schedule_rope(AttentionStages &s, int lanes) {
+void vectorize_features(Func rows, const AttentionStages &s, int lanes) {
+    const int head_dim = s.spec.resolved_head_dim();
+    if (s.spec.rope.kind == RopeKind::neox) {
+        const int half = s.spec.resolved_rotary_dim() / 2;
+        Var part{"rope_part"}, within{"rope_within"};
+        rows.split(s.d, part, within, half, TailStrategy::GuardWithIf)
+            .unroll(part)
+            .vectorize(within, vector_width_dividing(half, lanes));
+    } else {
+        rows.vectorize(s.d, vector_width_dividing(head_dim, lanes));
+    }
+}
+
+/**
+ * Rotary embeddings, computed once per call (inlined into the scores, the rotation would run
+ * once per score). The table at root. The rotated queries and keys at root in parallel tasks,
+ * unless `into_copies`: then the forms' own per-call copy of K and per-tile copy of Q rotate
+ * as they copy (at root they were one more pass over Q and K: 1.13x the time of the layer
+ * without RoPE at L = 512).
+ */
+void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
     const int head_dim = s.spec.resolved_head_dim();
     if (s.k_new.defined()) {
         // A cached layer's new rows: parallel over heads and sequences.
@@ -472,26 +494,24 @@ void schedule_rope(AttentionStages &s, int lanes) {
         // table would cover every cached position, each call.
         s.rope_table.compute_inline();
     } else {
+        // The vectors of pairs unrolled: each pair's frequency is then a constant, where a
+        // vector of pairs selected it from all of them (a chain of rotary_dim / 2 selects per
+        // vector, 1.13x the time of the layer without RoPE at L = 512, D = 128).
         Var positions{"rope_positions"};
         s.rope_table.compute_root()
             .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
             .parallel(positions)
-            .vectorize(s.pair, vector_width_dividing(half, lanes));
+            .vectorize(s.pair, vector_width_dividing(half, lanes))
+            .unroll(s.pair);
     }
     Var task{"rope_task"};
     for (Func rotated : {s.q_rope, s.k_rope}) {
-        rotated.compute_root().fuse(s.h, s.b, task).parallel(task);
-        if (s.spec.rope.kind == RopeKind::neox) {
-            // Features in blocks of rotary_dim / 2, the blocks unrolled: in each, which half a
-            // feature is in is a constant, so its pair and partner are dense vectors, where a
-            // select between the halves per lane made them gathers.
-            Var part{"rope_part"}, within{"rope_within"};
-            rotated.split(s.d, part, within, half, TailStrategy::GuardWithIf)
-                .unroll(part)
-                .vectorize(within, vector_width_dividing(half, lanes));
-        } else {
-            rotated.vectorize(s.d, vector_width_dividing(head_dim, lanes));
+        if (into_copies && rotated.name() == s.k_rope.name()) {
+            rotated.compute_inline();
+            continue;
         }
+        rotated.compute_root().fuse(s.h, s.b, task).parallel(task);
+        vectorize_features(rotated, s, lanes);
     }
 }
 
@@ -561,7 +581,9 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
         d_block *= 2;
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
-    schedule_rope(s, lanes);
+    // The whole-row and flash forms without projections copy K per call and Q per tile.
+    const bool copies_heads = !s.spec.projections.any() && params.kv_chunk <= 0;
+    schedule_rope(s, lanes, copies_heads && !s.k_new.defined());
 
     if (s.spec.projections.any()) {
         const int model_dim = s.spec.resolved_model_dim();
@@ -680,7 +702,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         schedule_split_kv(s, core, target);
         return;
     }
-    if (!s.spec.projections.any()) {
+    if (copies_heads) {
         // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
         // straddle cache lines (AVX2 code at D = 64: up to 1.2x slower). An aligned f32 copy
         // per call (and f16/bf16 are converted once) avoids that, in the forms that
@@ -697,10 +719,11 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             copies.push_back(s.rows->v_heads);
         for (Func heads : copies) {
             Var task{"kv_task"};
-            heads.compute_root()
-                .fuse(h, b, task)
-                .parallel(task)
-                .vectorize(d, vector_width_dividing(head_dim, lanes));
+            heads.compute_root().fuse(h, b, task).parallel(task);
+            if (heads.name() == s.k_heads.name() && s.k_rope.defined() && !s.k_new.defined())
+                vectorize_features(heads, s, lanes); // rotates as it copies
+            else
+                heads.vectorize(d, vector_width_dividing(head_dim, lanes));
         }
     }
 

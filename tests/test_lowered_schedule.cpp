@@ -747,10 +747,39 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
     }
 }
 
+/** Counts the stores into buffers named `stored`... whose values load from `loaded`... */
+class StoresReading : public IRVisitor {
+  public:
+    StoresReading(std::string stored, std::string loaded)
+        : stored_(std::move(stored)), loaded_(std::move(loaded)) {}
+    int count = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string stored_, loaded_;
+    bool in_value_ = false, found_ = false;
+
+    void visit(const Store *op) override {
+        if (op->name.rfind(stored_, 0) == 0) {
+            in_value_ = true;
+            found_ = false;
+            op->value.accept(this);
+            in_value_ = false;
+            count += found_;
+        }
+        IRVisitor::visit(op);
+    }
+    void visit(const Load *op) override {
+        found_ = found_ || (in_value_ && op->name.rfind(loaded_, 0) == 0);
+        IRVisitor::visit(op);
+    }
+};
+
 TEST_CASE("rotary embeddings are computed once per call, not once per score") {
     // Inlined, the rotation (a table lookup and a partner feature per element) would run inside
-    // every dot product: each schedule stores the table and the rotated q and k instead, and the
-    // scores read them.
+    // every dot product: each schedule stores the table and the rotated q instead, and rotates
+    // k once, at root (k_rope) or as the forms without projections copy K per call (k_heads),
+    // and the scores read no table.
     auto rope_layer = [](std::map<std::string, std::string> params) {
         params.insert({{"heads", "4"}, {"kv_heads", "2"}, {"mask", "causal"}, {"rope", "neox"}});
         return params;
@@ -767,11 +796,16 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
         INFO((c.params.count("projections") ? "projections" : "per-head inputs")
              << ", schedule parameters '" << c.schedule_params << "'");
         StoresInto table("rope_table"), queries("q_rope"), keys("k_rope");
-        for (const Stmt &body : lower_layer(c.params, c.schedule_params))
+        StoresReading copy_rotates("k_heads", "rope_table"), scores_rotate("scores", "rope_table");
+        for (const Stmt &body : lower_layer(c.params, c.schedule_params)) {
             for (StoresInto *stage : {&table, &queries, &keys})
                 body.accept(stage);
+            body.accept(&copy_rotates);
+            body.accept(&scores_rotate);
+        }
         CHECK(table.count > 0);
         CHECK(queries.count > 0);
-        CHECK(keys.count > 0);
+        CHECK(keys.count + copy_rotates.count > 0);
+        CHECK(scores_rotate.count == 0);
     }
 }
