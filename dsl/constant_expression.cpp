@@ -204,7 +204,7 @@ std::optional<ConstantValue> evaluate_constant(const ModExpr &expr, const Consta
     std::vector<RuntimeScalar> names;
     for (const auto &constant : constants)
         names.push_back({constant.first, true});
-    ExprType type = check_expression(expr, {false, nullptr, &names}, errors);
+    ExprType type = check_expression(expr, {false, nullptr, &names, false}, errors);
     if (errors.size() != before)
         return std::nullopt;
 

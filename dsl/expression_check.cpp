@@ -50,8 +50,10 @@ const FunctionInfo *find_function(const std::string &name) {
 // mistake is reported once rather than again by every operator above it.
 class Checker {
   public:
-    Checker(const ExprContext &context, std::vector<ExprError> &errors)
-        : context_(context), errors_(errors), errors_before_(errors.size()) {
+    /** `types`, when given, receives the type of every node that has one. */
+    Checker(const ExprContext &context, std::vector<ExprError> &errors,
+            std::unordered_map<const ModExpr *, ExprType> *types = nullptr)
+        : context_(context), errors_(errors), errors_before_(errors.size()), types_(types) {
         if (context.tensors)
             for (const RuntimeTensor &tensor : *context.tensors)
                 tensors_.emplace(tensor.name, &tensor);
@@ -61,6 +63,14 @@ class Checker {
     }
 
     std::optional<ExprType> check(const ModExpr &expr) {
+        std::optional<ExprType> type = check_node(expr);
+        if (type && types_)
+            (*types_)[&expr] = *type;
+        return type;
+    }
+
+  private:
+    std::optional<ExprType> check_node(const ModExpr &expr) {
         switch (expr.kind) {
         case ModExpr::Kind::number:
             return check_number(expr);
@@ -82,7 +92,6 @@ class Checker {
         return fail(expr, "unknown kind of expression node");
     }
 
-  private:
     // Beyond max_errors_reported, errors still stop types but are not reported: a huge
     // generated expression full of unknown names must not cost a suggestion each.
     bool reporting() const { return errors_.size() - errors_before_ < max_errors_reported; }
@@ -343,6 +352,7 @@ class Checker {
     const ExprContext &context_;
     std::vector<ExprError> &errors_;
     const size_t errors_before_;
+    std::unordered_map<const ModExpr *, ExprType> *types_;
     std::unordered_map<std::string, const RuntimeTensor *> tensors_;
     std::unordered_map<std::string, const RuntimeScalar *> scalars_;
 };
@@ -442,6 +452,159 @@ void check_declarations(const AttentionSpec &spec, std::vector<LayerExprError> &
         declaration("scalar " + spec.scalars[i].name, i, spec.scalars[i].name);
 }
 
+/**
+ * Integer constants that Halide would fold out of 32 bits. Halide simplifies every expression
+ * while it generates a layer: it folds constants, reassociating sums, products, quotients,
+ * comparisons and min/max around them ((q * 65536) * 65536 becomes q * 4294967296; q / 512 <
+ * 10000000 becomes q < 5120000000), and generation stops with an error where a signed 32-bit
+ * fold overflowed. So that `check` refuses what generation would, each integer node gets three
+ * bounds on what folding can make of it: `constant`, on an additive constant term; `factor`, on
+ * the constant factor of a term with a variable; `divisor`, on a constant it is divided by,
+ * which multiplies whatever folding moves across the division (x / c0 + c1 is (x + c1 * c0) /
+ * c0). A variable, scalar or tensor read is (0, 1, 1); a number v is (|v|, 0, 1).
+ *   a ± b, a comparison of a and b, min, max, clamp: constant = a.constant * b.divisor +
+ *     b.constant * a.divisor, and the same for factor; the largest divisor;
+ *   a * b: constant a.constant * b.constant, factor a.factor * b.constant + a.constant *
+ *     b.factor + a.factor * b.factor; the largest divisor;
+ *   a / b: a's constant and factor, divisor a.divisor * b.constant, or b's bounds where larger;
+ *   a % b, select, abs, -a: the largest of each; int(x): a number's for a number, else a
+ *     variable's.
+ * Conservative (it refuses q * 20000000, which Halide accepts but which overflows at run time
+ * for q >= 108 anyway), and checked against Halide's simplifier and code generation on
+ * random expressions (tests/test_constant_folding.cpp). The lowest node whose bounds pass
+ * the limits is reported, once per expression.
+ */
+class FoldingCheck {
+  public:
+    /** The largest bounds accepted, far enough below 2^31 for what a schedule folds in: lane
+     * and tile offsets into constants and quotients, up to 64 lanes times a factor into the
+     * stride of a vector of indices. */
+    static constexpr double constant_limit = 1073741824; // 2^30
+    static constexpr double factor_limit = 16777216;     // 2^24
+
+    struct Bounds {
+        double constant = 0;
+        double factor = 1;
+        double divisor = 1;
+    };
+
+    FoldingCheck(const std::unordered_map<const ModExpr *, ExprType> &types,
+                 std::vector<ExprError> &errors)
+        : types_(types), errors_(errors) {}
+
+    /** The node's bounds, or nothing when it is neither an integer nor an integer comparison. */
+    std::optional<Bounds> bounds(const ModExpr &expr) {
+        std::vector<Bounds> operands;
+        for (const ModExprPtr &operand : expr.operands)
+            operands.push_back(bounds(*operand).value_or(Bounds{}));
+        auto largest = [](const Bounds &a, const Bounds &b) {
+            return Bounds{std::max(a.constant, b.constant), std::max(a.factor, b.factor),
+                          std::max(a.divisor, b.divisor)};
+        };
+        auto combined = [](const Bounds &a, const Bounds &b) {
+            return Bounds{a.constant * b.divisor + b.constant * a.divisor,
+                          a.factor * b.divisor + b.factor * a.divisor,
+                          std::max(a.divisor, b.divisor)};
+        };
+        Bounds result;
+        switch (expr.kind) {
+        case ModExpr::Kind::number:
+            if (!expr.is_integer)
+                return std::nullopt;
+            result = {std::fabs(expr.number), 0, 1};
+            break;
+        case ModExpr::Kind::boolean:
+            return std::nullopt;
+        case ModExpr::Kind::variable:
+        case ModExpr::Kind::scalar:
+        case ModExpr::Kind::tensor:
+            if (!is_integer(expr))
+                return std::nullopt;
+            break;
+        case ModExpr::Kind::unary:
+            if (!is_integer(expr))
+                return std::nullopt;
+            result = operands[0];
+            break;
+        case ModExpr::Kind::binary: {
+            const std::string &op = expr.name;
+            const bool compares =
+                op == "<" || op == "<=" || op == ">" || op == ">=" || op == "==" || op == "!=";
+            if (compares ? !(is_integer(*expr.operands[0]) && is_integer(*expr.operands[1]))
+                         : !is_integer(expr))
+                return std::nullopt;
+            const Bounds &a = operands[0], &b = operands[1];
+            if (op == "*")
+                result = {a.constant * b.constant,
+                          a.factor * b.constant + a.constant * b.factor + a.factor * b.factor,
+                          std::max(a.divisor, b.divisor)};
+            else if (op == "/")
+                result = largest({a.constant, a.factor, a.divisor * b.constant}, b);
+            else if (op == "%")
+                result = largest(a, b);
+            else // + - and the comparisons
+                result = combined(a, b);
+            break;
+        }
+        case ModExpr::Kind::call:
+            if (!is_integer(expr))
+                return std::nullopt;
+            if (expr.name == "int") {
+                const ModExpr &argument = *expr.operands[0];
+                if (argument.kind == ModExpr::Kind::number)
+                    result = {std::fabs(argument.number), 0, 1};
+            } else if (expr.name == "abs") {
+                result = operands[0];
+            } else if (expr.name == "select") {
+                result = largest(operands[1], operands[2]);
+            } else { // min, max, clamp
+                result = operands[0];
+                for (size_t i = 1; i < operands.size(); ++i)
+                    result = combined(result, operands[i]);
+            }
+            break;
+        }
+        // A number alone is whatever its operator makes of it: a real operator converts it.
+        const bool too_large = expr.kind != ModExpr::Kind::number &&
+                               (result.constant > constant_limit || result.factor > factor_limit ||
+                                result.divisor > constant_limit);
+        if (too_large && !reported_) {
+            reported_ = true;
+            errors_.push_back({expr.where, message(expr, result)});
+        }
+        return result;
+    }
+
+  private:
+    static std::string message(const ModExpr &expr, const Bounds &bounds) {
+        auto number = [](double value) {
+            char text[32];
+            std::snprintf(text, sizeof(text), "%.0f", value);
+            return std::string(text);
+        };
+        const std::string advice =
+            ": Halide folds integer constants together and with a schedule's offsets and vector "
+            "strides, and generation would stop at a signed 32-bit overflow; use smaller "
+            "integers, or reals (write 65536.0) for floating-point arithmetic";
+        if (bounds.factor > factor_limit)
+            return "integer arithmetic in '" + to_string(expr) + "' multiplies an index by up " +
+                   "to " + number(bounds.factor) + ", more than " + number(factor_limit) +
+                   " (2^24)" + advice;
+        return "integer arithmetic in '" + to_string(expr) + "' folds its constants into up " +
+               "to " + number(std::max(bounds.constant, bounds.divisor)) + ", more than " +
+               number(constant_limit) + " (2^30)" + advice;
+    }
+
+    bool is_integer(const ModExpr &expr) const {
+        auto found = types_.find(&expr);
+        return found != types_.end() && found->second == ExprType::integer;
+    }
+
+    const std::unordered_map<const ModExpr *, ExprType> &types_;
+    std::vector<ExprError> &errors_;
+    bool reported_ = false;
+};
+
 } // namespace
 
 std::string why_reserved(const std::string &name) {
@@ -470,7 +633,12 @@ const char *to_string(ExprType type) {
 
 ExprType check_expression(const ModExpr &expr, const ExprContext &context,
                           std::vector<ExprError> &errors) {
-    return Checker(context, errors).check(expr).value_or(ExprType::real);
+    std::unordered_map<const ModExpr *, ExprType> types;
+    const size_t before = errors.size();
+    const ExprType type = Checker(context, errors, &types).check(expr).value_or(ExprType::real);
+    if (errors.size() == before && context.folded_by_halide)
+        FoldingCheck(types, errors).bounds(expr);
+    return type;
 }
 
 std::vector<LayerExprError> check_layer_expressions(const AttentionSpec &spec) {

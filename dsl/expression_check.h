@@ -27,6 +27,9 @@ struct ExprContext {
     bool score_allowed = false; ///< score_mod may read `score`; a mask predicate may not
     const std::vector<RuntimeTensor> *tensors = nullptr; ///< null: none declared
     const std::vector<RuntimeScalar> *scalars = nullptr; ///< null: none declared
+    /** The expression goes into a Halide pipeline: refuse integer constants that Halide's
+     * folding could carry out of 32 bits (evaluate_constant checks its own arithmetic). */
+    bool folded_by_halide = true;
 };
 
 /**
