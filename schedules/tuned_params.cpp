@@ -105,12 +105,14 @@ TunedLookup find_tuned_params(const std::string &directory, const Halide::Target
                     params += (params.empty() ? "" : ",") + item.key() + "=" +
                               std::to_string(item.value().get<int>());
             lookup.found = true;
+            lookup.problems = !problems.empty();
             lookup.params = params;
             lookup.message = "tuned " + key + " from " + file.string() + ": " + params + " (" +
-                             record.value("source", std::string("unknown source")) + ")";
+                             record.value("source", std::string("unknown source")) + ")" + problems;
             return lookup;
         }
     }
+    lookup.problems = !problems.empty();
     lookup.message = "no tuned record for " + key + (directory.empty() ? "" : " in " + directory) +
                      "; using the defaults" + problems;
     return lookup;

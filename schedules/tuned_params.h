@@ -35,7 +35,8 @@ std::string spec_hash(const AttentionSpec &spec);
 struct TunedLookup {
     bool found = false;
     std::string params;
-    std::string message; ///< the record used, or why the defaults are used
+    std::string message;   ///< the record used, or why the defaults are used
+    bool problems = false; ///< a table was malformed and skipped (named in the message)
 };
 
 /**

@@ -58,6 +58,13 @@ for command in $commands; do
         echo "FAILED: attngen --help lists '$command' $listed times, expected once"
     fi
 done
+expect 0 "attngen --version" "$attngen" --version
+checks=$((checks + 1))
+if ! grep -qE '^attngen [0-9]+\.[0-9]+\.[0-9]+ \(Halide [0-9]+\.[0-9]+\.[0-9]+\)$' "$work/out.txt"; then
+    failures=$((failures + 1))
+    echo "FAILED: attngen --version prints 'attngen X.Y.Z (Halide X.Y.Z)', got: $(cat "$work/out.txt")"
+fi
+version=$(sed -E 's/^attngen ([^ ]+) .*/\1/' "$work/out.txt")
 expect 1 "no command" "$attngen"
 expect 1 "an unknown command" "$attngen" frobnicate
 expect 1 "an unknown option" "$attngen" compile "$spec" --colour red -o "$work/x"
@@ -81,6 +88,8 @@ done
 contains "$work/lib/mods.h" "inline attngen::Status alibi(const attngen::Arguments &args)" \
     "the header has a typed entry point per layer"
 contains "$work/lib/mods.h" "inline attngen::Status prefix_lm(" "the second layer's entry point"
+contains "$work/lib/mods.h" "#define ATTNGEN_GENERATED_BY \"$version\"" \
+    "the header names the attngen version that generated it"
 contains "$work/lib/mods.manifest.json" '"name": "slope", "kind": "input", "dtype": "f32", "shape": [4]' \
     "the manifest lists a declared tensor with its shape"
 contains "$work/lib/mods.manifest.json" '"name": "query", "kind": "input", "dtype": "f32", "shape": ["batch", 4, "queries", 32]' \
@@ -197,9 +206,16 @@ contains "$work/out.txt" "prefill" "export writes the prefill class"
 contains "$work/out.txt" "decode" "export writes the decode class"
 expect 0 "compile with the tuned table" "$attngen" compile "$spec" --target host \
     --layers alibi,prefix_lm --tuned "$work/tuned" -o "$work/lib_tuned"
-contains "$work/out.txt" "layer alibi, " "generation says which record it used"
-contains "$work/out.txt" "from $work/tuned/" "generation names the tuned table"
-contains "$work/out.txt" "no tuned record for" "generation says when there is none"
+contains "$work/out.txt" "layer alibi, " "generation says which variant is tuned"
+checks=$((checks + 1))
+if grep -q "no tuned record for" "$work/out.txt"; then
+    failures=$((failures + 1))
+    echo "FAILED: generation is quiet about the variants that use the defaults"
+fi
+expect 0 "compile with the tuned table, verbose" env ATTNGEN_VERBOSE=1 "$attngen" compile \
+    "$spec" --target host --layers alibi,prefix_lm --tuned "$work/tuned" -o "$work/lib_tuned"
+contains "$work/out.txt" "from $work/tuned/" "verbose generation names the tuned table"
+contains "$work/out.txt" "no tuned record for" "verbose generation says when there is none"
 expect 0 "tune merge" "$attngen" tune merge "$log" "$log" -o "$work/merged.jsonl"
 contains "$work/out.txt" "records from 2 logs" "merge joins logs without duplicates"
 # Targets tuned ahead of time: AArch64 candidates linked with the harness by the cross

@@ -22,6 +22,7 @@ void print_usage(std::FILE *stream) {
                "                                   search schedule parameters by measurement;\n"
                "                                   tune export / tune merge handle the logs\n"
                "  header ...                       the typed header of one generated layer\n"
+               "  --version                        attngen's and Halide's versions\n"
                "\n"
                "Exit status: 0 ok, 1 a problem with the input, 2 an internal error.\n");
 }
@@ -38,6 +39,10 @@ int main(int argc, char **argv) {
     try {
         if (command == "--help" || command == "-h" || command == "help") {
             print_usage(stdout);
+            return exit_ok;
+        }
+        if (command == "--version") {
+            fmt::print("attngen {} (Halide {})\n", ATTNGEN_VERSION, ATTNGEN_HALIDE_VERSION);
             return exit_ok;
         }
         if (command == "check")
