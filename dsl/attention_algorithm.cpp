@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <utility>
@@ -66,6 +67,19 @@ Expr f32(const Expr &value) {
     if (value.type().is_float() && value.type().bits() == 16 && !value.type().is_bfloat())
         return widen_f16(value);
     return Halide::cast<float>(value);
+}
+
+/** An f32 value in a storage type. NaN stays NaN: Halide 14's conversion to f16, under its
+ * fast-math flags, makes it an infinity. */
+Expr narrowed(const Halide::Type &type, const Expr &value) {
+    Expr stored = Halide::cast(type, value);
+    if (type.bits() == 32)
+        return stored;
+    using Halide::Internal::make_const;
+    Expr magnitude = Halide::reinterpret<int32_t>(value) & 0x7fffffff;
+    const uint16_t nan_bits = type.is_bfloat() ? 0x7fc0 : 0x7e00;
+    Expr nan = Halide::reinterpret(type, make_const(Halide::UInt(16), nan_bits));
+    return Halide::select(magnitude > 0x7f800000, nan, stored);
 }
 
 /**
@@ -193,11 +207,55 @@ Expr predicates_visible(const AttentionSpec &spec, const AttentionInputs &in, co
     return visible;
 }
 
-// Halide compiles float code with LLVM's no-infs/no-nans flags, so -inf is poison inside a
-// pipeline: a masked score is the lowest finite float instead, and anything below
-// `masked_cutoff` (half of it) counts as masked.
+// Non-finite values. Halide compiles float code with LLVM's no-NaNs/no-infs flags, under which a
+// float comparison, min or max may treat a NaN or an infinity as anything. So no decision below
+// that must see a NaN is a float comparison:
+// - a hidden key's score becomes `lowest` (the lowest finite float) by a select on its bits, so
+//   that nothing it holds (NaN, +inf) reaches a max, a sum or an output (hide_score);
+// - a score whose bits are `lowest` has probability exactly 0 (has_lowest_bits): hidden keys,
+//   visible scores of -inf (which a max from `lowest` leaves at `lowest`) and all-hidden chunks;
+// - every other score's probability is the softmax's exponential, which keeps a NaN (its clamps
+//   are strict_float, see softmax_exp2): a visible NaN or +inf score (+inf - +inf is NaN) makes
+//   its probability, and so the row's sums and output, NaN, as in IEEE arithmetic;
+// - the normalization divides by the row's sum unless the sum's bits are zero (every key hidden).
+// A hidden key's V row is multiplied by probability 0 wherever a tile reads it: 0 x NaN and
+// 0 x inf are NaN there, so a non-finite V at a hidden key can turn a row NaN but never into a
+// wrong finite value (PyTorch's math path does the same; docs/api.md, "Non-finite inputs").
 constexpr float lowest = std::numeric_limits<float>::lowest();
-constexpr float masked_cutoff = lowest / 2;
+// An additive bias at or below this (-inf included) hides its key, as -inf would.
+constexpr float masking_bias = lowest / 2;
+
+int32_t bits_of(float value) {
+    int32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+/** Whether `x` (f32) is exactly `lowest`: an integer comparison, blind to fast-math flags. */
+Expr has_lowest_bits(const Expr &x) {
+    return Halide::reinterpret<int32_t>(x) == bits_of(lowest);
+}
+
+/** x, or `lowest` where `keep` is false: a select on the bits, blind to what x holds. Unlike a
+ * select on x, it leaves bounds inference free to require x wherever keep's condition is false
+ * too, so a tile's region depends on the tile and not on the mask. */
+Expr hide_score(const Expr &x, const Expr &keep_bits) {
+    return Halide::reinterpret<float>((Halide::reinterpret<int32_t>(x) & keep_bits) |
+                                      (bits_of(lowest) & ~keep_bits));
+}
+
+/** Whether an f32 bias hides its key: at most masking_bias, NaN excluded, on its bits (a negative
+ * float's bits, as a signed integer, grow with its magnitude, up to -inf's). */
+Expr bias_hides(const Expr &bias) {
+    Expr bits = Halide::reinterpret<int32_t>(bias);
+    return bits >= bits_of(masking_bias) &&
+           bits <= bits_of(-std::numeric_limits<float>::infinity());
+}
+
+/** 1 / sum, or 0 where sum is exactly +0 (no visible key): NaN stays NaN. */
+Expr inverse_sum(const Expr &sum) {
+    return Halide::select(Halide::reinterpret<int32_t>(sum) == 0, 0.0f, 1.0f / sum);
+}
 
 /** The keys [begin, end) visible to some query of a query's aligned block. */
 using KeyRange = std::pair<Expr, Expr>;
@@ -230,8 +288,8 @@ void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRang
     t.row_max(q, h, b) = lowest;
     t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
     // A chunk with every key masked has part_max = lowest and contributes nothing.
-    t.part_scale(j, q, h, b) = Halide::select(chunk_max(j) > masked_cutoff,
-                                              exponential(chunk_max(j) - t.row_max(q, h, b)), 0.0f);
+    t.part_scale(j, q, h, b) = Halide::select(has_lowest_bits(chunk_max(j)), 0.0f,
+                                              exponential(chunk_max(j) - t.row_max(q, h, b)));
     t.row_sum(q, h, b) = 0.0f;
     t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
     t.weighted_sum(d, q, h, b) = 0.0f;
@@ -332,7 +390,7 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const Algorith
         t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
         return Expr();
     }
-    return out * Halide::select(sum > 0.0f, 1.0f / sum, 0.0f);
+    return out * inverse_sum(sum);
 }
 
 /**
@@ -353,44 +411,39 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     t.scores(k, q, h, b) +=
         t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
 
-    // A user's -inf in attn_bias is clamped to the lowest float on load, so it masks exactly as
-    // -inf would (see `lowest`).
     Expr score = t.scores(k, q, h, b);
     // The expressions see a cached layer's queries at their positions in the sequence.
     Expr expression_q = spec.cache.any() ? position + in.cache_lengths(b) : position;
     Expr visible = predicates_visible(spec, in, k, expression_q, h, b);
     const double units = score_units(spec, options);
     if (spec.mask.additive) {
-        Expr bias = Halide::max(f32(in.attn_bias(Halide::clamp(k, 0, last_key),
-                                                 Halide::clamp(position, 0, last_query), h, b)),
-                                lowest);
-        // In base 2 the bias is scaled too, from at least the cutoff so that it stays finite
-        // (a bias below the cutoff masks its key anyway).
-        score += units == 1.0 ? bias : Halide::max(bias, masked_cutoff) * static_cast<float>(units);
-        // A -inf bias masks even when a score_mod would make something finite of it.
-        visible = visible && bias > masked_cutoff;
+        Expr bias = f32(in.attn_bias(Halide::clamp(k, 0, last_key),
+                                     Halide::clamp(position, 0, last_query), h, b));
+        // In base 2 the bias is scaled too.
+        score += units == 1.0 ? bias : bias * static_cast<float>(units);
+        // A -inf bias masks even when a score_mod would make something finite of it; a NaN bias
+        // of a visible key makes its score NaN.
+        visible = visible && !bias_hides(bias);
     }
     if (spec.score_mod) {
         LoweringContext context = lowering_context(in, k, expression_q, h, b);
         context.score = score;
         score = Halide::cast<float>(lower_expression(*spec.score_mod, context));
     }
-    // The mask is added rather than selected: exact for visible keys, and it keeps Halide's
-    // bounds inference from trimming the scores' region by the mask condition, which would
-    // make a tile's region depend on the mask instead of the tile.
-    // The structured masks' offset is marked likely: Halide then partitions each loop over keys
-    // into the blocks that every query of the tile sees, where the mask test is gone, and the
-    // diagonal (or window edge, or padding) blocks, where it stays. Their tests are bounds on k,
-    // which Halide's solver handles; the predicates and the bias keep their test everywhere.
-    Expr offset = Halide::select(visible, 0.0f, lowest);
+    // A hidden key's score is replaced by `lowest` on its bits (hide_score). The structured
+    // masks' test is marked likely: Halide then partitions each loop over keys into the blocks
+    // that every query of the tile sees, where the test is gone, and the diagonal (or window
+    // edge, or padding) blocks, where it stays. Their tests are bounds on k, which Halide's
+    // solver handles; the predicates and the bias keep their test everywhere.
+    Expr keep = Halide::select(visible, -1, 0);
     Expr structured = structured_visible(spec, in, k, position, b);
     // The online form's steps cover whole steps of keys, the last past Lk: those keys are
     // masked here, so that a step's max and probabilities need no bounds of their own.
     if (options.online_chunk > 0)
         structured = structured && k < in.key_len;
     if (!Halide::Internal::is_const_one(structured))
-        offset = Halide::select(structured, Halide::likely(offset), lowest);
-    t.masked(k, q, h, b) = Halide::max(score + offset, lowest);
+        keep = Halide::select(structured, Halide::likely(keep), 0);
+    t.masked(k, q, h, b) = hide_score(score, keep);
 
     // The structured masks bound each query's keys: the reductions below visit only
     // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
@@ -440,15 +493,19 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     };
 
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
-    // row_sum = 0 and an all-zero output row instead of NaN.
+    // row_sum = 0 and an all-zero output row instead of NaN (as PyTorch's SDPA since 2.5).
     auto exponential = [&](const Expr &x) {
         if (units != 1.0)
             return softmax_exp2(x);
-        return options.polynomial_exp ? softmax_exp(x) : Halide::exp(x);
+        if (options.polynomial_exp)
+            return softmax_exp(x);
+        // Halide's exp clamps its argument with a max, which may drop a NaN: kept on its bits.
+        Expr is_nan = (Halide::reinterpret<int32_t>(x) & 0x7fffffff) > 0x7f800000;
+        return Halide::select(is_nan, x, Halide::exp(x));
     };
     auto probability = [&](const Expr &key, const Expr &max) {
-        return Halide::select(t.masked(key, q, h, b) > masked_cutoff,
-                              exponential(t.masked(key, q, h, b) - max), 0.0f);
+        Expr score = t.masked(key, q, h, b);
+        return Halide::select(has_lowest_bits(score), 0.0f, exponential(score - max));
     };
     if (options.online_chunk > 0) {
         // The fold's steps are bounded by the key range of a whole tile of query_block rows,
@@ -535,8 +592,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
                                          t.part_sum(chunk_of_step, query, h, b));
         define_combine(t, in, {key_begin, key_end}, exponential);
     }
-    Expr inv_sum = Halide::select(t.row_sum(q, h, b) > 0.0f, 1.0f / t.row_sum(q, h, b), 0.0f);
-    return t.weighted_sum(d, q, h, b) * inv_sum;
+    return t.weighted_sum(d, q, h, b) * inverse_sum(t.row_sum(q, h, b));
 }
 
 } // namespace
@@ -551,7 +607,9 @@ Expr softmax_exp2(const Expr &x) {
                                              0.009618470445275307f,
                                              0.001339997281320393f,
                                              0.00015350867761299014f};
-    Expr t = Halide::max(x, -126.5f);
+    // The clamp is strict_float: under fast-math flags a max may return -126.5 for a NaN x,
+    // and exp(NaN) must be NaN (see hide_score).
+    Expr t = Halide::strict_float(Halide::select(x < -126.5f, -126.5f, x));
     // For t < 1/2, t - 1/2 < 0, so truncation rounds it up: n is t rounded to the nearest
     // integer, in [-127, 0], and (n + 127) << 23 is 2^n as a float's bits (0 for n = -127).
     Expr n = Halide::cast<int>(t - 0.5f);
@@ -585,7 +643,8 @@ Halide::Tuple turns_cos_sin(const Expr &turns) {
 }
 
 Expr softmax_exp(const Expr &x) {
-    return softmax_exp2(Halide::min(x * 1.44269504f, 0.0f));
+    Expr base2 = x * 1.44269504f;
+    return softmax_exp2(Halide::strict_float(Halide::select(base2 > 0.0f, 0.0f, base2)));
 }
 
 double score_units(const AttentionSpec &spec, const AlgorithmOptions &options) {
@@ -643,8 +702,8 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
         s.k_new = in.k_new;
         s.v_new = in.v_new;
-        s.k_new(d, k, h, b) = Halide::cast(cached, k_rows(d, k, h, b));
-        s.v_new(d, k, h, b) = Halide::cast(cached, values(d, k, h, b));
+        s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
+        s.v_new(d, k, h, b) = narrowed(cached, values(d, k, h, b));
         s.q_heads(d, q, h, b) = q_rows(d, q_at, h, b) * scale;
         Expr cache_length = in.cache_lengths(b);
         Expr new_row = Halide::clamp(k - cache_length, 0, last_query);
@@ -786,7 +845,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     auto stored_row = [&](Expr value) {
         if (spec.cache.any())
             value = Halide::select(q < in.query_lengths(b), value, 0.0f);
-        return Halide::cast(stored, value);
+        return narrowed(stored, value);
     };
     if (proj.out)
         s.output(c, q, b) = stored_row(s.out_proj(c, q, b));

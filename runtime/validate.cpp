@@ -4,12 +4,15 @@
 #include "internal.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -391,6 +394,61 @@ Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallS
     return Status();
 }
 
+std::atomic<bool> finite_check_enabled{false};
+
+/** Element `index` (in elements) of a host tensor of a float dtype, widened to double. */
+double float_element(const void *data, DType dtype, int64_t index) {
+    if (dtype == DType::f32)
+        return static_cast<const float *>(data)[index];
+    const uint16_t bits = static_cast<const uint16_t *>(data)[index];
+    if (dtype == DType::bf16) {
+        const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+        float value = 0.0f;
+        std::memcpy(&value, &wide, sizeof value);
+        return value;
+    }
+    // f16: only the class matters here (NaN, an infinity or finite).
+    if ((bits & 0x7c00u) != 0x7c00u)
+        return 0.0;
+    if ((bits & 0x03ffu) != 0)
+        return std::numeric_limits<double>::quiet_NaN();
+    return (bits & 0x8000u) ? -std::numeric_limits<double>::infinity()
+                            : std::numeric_limits<double>::infinity();
+}
+
+/**
+ * The finite check of one host input (set_finite_check): the first element, in row-major order,
+ * that is NaN or an infinity (-inf allowed where it masks), as an error naming it.
+ */
+Status check_finite(const char *name, const Layout &layout, const void *data,
+                    bool negative_infinity_masks) {
+    int64_t count = 1;
+    for (int i = 0; i < layout.rank; i++)
+        count *= layout.shape[i];
+    int64_t index[Layout::max_rank] = {};
+    for (int64_t n = 0; n < count; n++) {
+        int64_t offset = 0;
+        for (int i = 0; i < layout.rank; i++)
+            offset += index[i] * layout.strides[i];
+        const double value = float_element(data, layout.dtype, offset);
+        const bool bad =
+            std::isnan(value) || (std::isinf(value) && !(negative_infinity_masks && value < 0.0));
+        if (bad) {
+            std::string at;
+            for (int i = 0; i < layout.rank; i++)
+                at += (i ? ", " : "") + std::to_string(index[i]);
+            return Status::error("attngen: " + quoted(name) + " holds " +
+                                 (std::isnan(value) ? "NaN"
+                                  : value > 0       ? "+inf"
+                                                    : "-inf") +
+                                 " at [" + at + "] (the finite check is on)");
+        }
+        for (int i = layout.rank - 1; i >= 0 && ++index[i] == layout.shape[i]; i--)
+            index[i] = 0;
+    }
+    return Status();
+}
+
 } // namespace
 
 namespace internal {
@@ -518,10 +576,35 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
                                      std::to_string(key_len) + "] (the key length)");
         }
     }
-    return cached ? check_cache(info, args, shape) : Status();
+    if (cached)
+        if (Status cache = check_cache(info, args, shape); !cache)
+            return cache;
+
+    // The opt-in finite check: every host float input the call reads in whole (the caches'
+    // unwritten slots may hold anything, and are not scanned). Declared scalars are always
+    // checked finite (check_declared_scalars).
+    if (finite_check_enabled.load(std::memory_order_relaxed)) {
+        for (const ArgRule &rule : rules) {
+            const bool is_float = rule.dtype != DType::i32;
+            if (!rule.wanted || !rule.given || rule.is_output || rule.on_device || !is_float)
+                continue;
+            const bool masks = std::strcmp(rule.name, "attn_bias") == 0;
+            if (Status finite = check_finite(rule.name, *rule.layout, rule.data, masks); !finite)
+                return finite;
+        }
+    }
+    return Status();
 }
 
 } // namespace internal
+
+void set_finite_check(bool enabled) {
+    finite_check_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+bool finite_check() {
+    return finite_check_enabled.load(std::memory_order_relaxed);
+}
 
 Status validate(const Layer &layer, const Arguments &args) {
     internal::CallShape shape;

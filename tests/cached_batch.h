@@ -21,8 +21,8 @@ constexpr int spare_blocks = 3;
 
 /**
  * A batch of sequences that a cache layer steps through, held as a serving loop holds it: the K
- * and V caches (every element first a random sentinel), a paged cache's block table (physical
- * blocks handed out in random order as the sequences grow), the cache lengths, and each
+ * and V caches (every element first a sentinel: NaN, +inf or random), a paged cache's block table
+ * (physical blocks handed out in random order as the sequences grow), the cache lengths, and each
  * sequence's token stream. The streams are drawn up front from the seed, so two batches of one
  * seed see the same tokens however the steps cut them; the reference recomputes every step from
  * the raw tokens of the whole history.

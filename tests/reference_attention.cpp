@@ -110,6 +110,7 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
             for (int i = 0; i < Lq; i++) {
                 const int aligned = i + Lk - Lq; // the key position of query i
                 double row_max = -std::numeric_limits<double>::infinity();
+                bool any_nan = false;
                 for (int j = 0; j < Lk; j++) {
                     bool visible = true;
                     if (p.causal && j > aligned)
@@ -140,9 +141,17 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                     }
                     weights[j] = score;
                     row_max = std::max(row_max, score);
+                    any_nan = any_nan || std::isnan(score);
                 }
-                if (row_max == -std::numeric_limits<double>::infinity())
-                    continue; // every key masked: the row stays zero
+                // Every key masked (or of score -inf): every weight is 0 and the row is zero,
+                // or 0 x V. A NaN score, which std::max passes over, makes the row NaN below.
+                if (row_max == -std::numeric_limits<double>::infinity() && !any_nan) {
+                    for (int j = 0; j < Lk && p.zero_weight_values; j++)
+                        for (int d = 0; d < D; d++)
+                            O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d] +=
+                                0.0 * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
+                    continue;
+                }
                 double total = 0.0;
                 for (int j = 0; j < Lk; j++) {
                     weights[j] = std::exp(weights[j] - row_max);
@@ -151,8 +160,9 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                 for (int d = 0; d < D; d++) {
                     double sum = 0.0;
                     for (int j = 0; j < Lk; j++)
-                        sum +=
-                            weights[j] * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
+                        if (p.zero_weight_values || weights[j] != 0.0)
+                            sum += weights[j] *
+                                   V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
                     O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d] = sum / total;
                 }
             }

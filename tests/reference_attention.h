@@ -45,6 +45,9 @@ struct ReferenceProblem {
     std::function<bool(int b, int h, int q, int k)> visible;
     /** Applied to Q and K after the projections; a query's position is q + Lk - Lq. */
     ReferenceRope rope;
+    /** Whether a key of weight 0 (hidden, or a score of -inf) still adds 0 x V, as PyTorch's
+     * math path does (a NaN or inf in that V row makes the row NaN), or is skipped. */
+    bool zero_weight_values = true;
 };
 
 /** `x` (B, heads, L, D) rotated in place, row l at position l + offset. */

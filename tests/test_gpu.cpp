@@ -105,6 +105,15 @@ TEST_CASE("GPU split-KV decode form: a contiguous KV cache after projections, an
     CHECK(attngen::last_device() == test_api);
 }
 
+TEST_CASE("GPU schedule and split-KV decode form: NaN and infinities in the inputs") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_non_finite(g_d32_all_masks_layer(), 521);
+    check_non_finite(g_d64_gqa_decode_layer(), 522);
+    CHECK(attngen::last_device() == test_api);
+}
+
 TEST_CASE("GPU schedule: grouped-query causal attention, head_dim 64") {
     check_on_gpu(g_d64_gqa_causal_layer(), 501);
 }

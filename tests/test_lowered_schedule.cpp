@@ -31,7 +31,10 @@ namespace {
 using namespace Halide::Internal;
 using Halide::Expr;
 
-/** Counts the stores into the masked scores, by whether their value holds a select. */
+/**
+ * Counts the stores into the masked scores, by whether their value tests the mask: a select, or
+ * the bitwise and that replaces a hidden score's bits (where the select was lifted out).
+ */
 class MaskedStores : public IRVisitor {
   public:
     int with_test = 0, without_test = 0;
@@ -44,6 +47,10 @@ class MaskedStores : public IRVisitor {
         using IRVisitor::visit;
         void visit(const Select *op) override {
             found = true;
+            IRVisitor::visit(op);
+        }
+        void visit(const Call *op) override {
+            found = found || op->is_intrinsic(Call::bitwise_and);
             IRVisitor::visit(op);
         }
     };

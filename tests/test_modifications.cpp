@@ -21,11 +21,11 @@ struct Shape {
 const Shape shapes[] = {{1, 1, 1}, {1, 1, 29}, {2, 17, 17}, {1, 40, 33}, {2, 64, 64}, {1, 23, 90}};
 
 /**
- * Runs `layer` on every shape; `prepare` may adjust the random problem (its declared tensors
- * and scalars) and must set the reference's modification, written out plainly.
+ * Runs `layer` on every shape, then with non-finite inputs (check_non_finite); `prepare` may
+ * adjust the random problem (its declared tensors and scalars) and must set the reference's
+ * modification, written out plainly.
  */
-void check_modification(const attngen::Layer &layer, uint32_t base_seed,
-                        const std::function<void(Problem &, ReferenceProblem &)> &prepare) {
+void check_modification(const attngen::Layer &layer, uint32_t base_seed, const Prepare &prepare) {
     const uint32_t seed = test_seed(base_seed);
     INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
     uint32_t problem_seed = seed;
@@ -42,6 +42,8 @@ void check_modification(const attngen::Layer &layer, uint32_t base_seed,
         INFO("relative error " << error << ", tolerance 1e-5");
         CHECK(error <= 1e-5);
     }
+    // NaN and infinities in the inputs, the declared tensors included, under the modification.
+    check_non_finite(layer, base_seed + 50, prepare, 1e-5);
 }
 
 } // namespace

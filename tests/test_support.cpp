@@ -8,6 +8,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
+#include <utility>
 
 namespace attngen_test {
 
@@ -353,6 +356,134 @@ void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
         double error = relative_error(out.values(), reference_attention(problem.reference()));
         INFO("relative error " << error << ", tolerance " << tolerance);
         CHECK(error <= tolerance);
+    }
+}
+
+namespace {
+
+/** Sets element `index` of `tensor` to `value`, in its storage too. */
+void plant(HostTensor &tensor, size_t index, float value) {
+    tensor.values[index] = value;
+    if (tensor.dtype == attngen::DType::f16)
+        tensor.half[index] = to_f16(value);
+    else if (tensor.dtype == attngen::DType::bf16)
+        tensor.half[index] = to_bf16(value);
+}
+
+/** The class of a value: "NaN", "+inf", "-inf" or "finite". */
+const char *value_class(double value) {
+    if (std::isnan(value))
+        return "NaN";
+    if (std::isinf(value))
+        return value > 0 ? "+inf" : "-inf";
+    return "finite";
+}
+
+/**
+ * The first output element that breaks the rules (see check_non_finite), described, or "" if
+ * none does. `math` is the reference that adds 0 x V for keys of weight 0.
+ */
+std::string non_finite_mismatch(const std::vector<float> &got, const std::vector<double> &want,
+                                const std::vector<double> &math, bool feeds_values,
+                                double tolerance) {
+    if (got.size() != want.size())
+        return "the output has " + std::to_string(got.size()) + " elements, expected " +
+               std::to_string(want.size());
+    double scale = 1.0;
+    for (double value : want)
+        if (std::isfinite(value))
+            scale = std::max(scale, std::abs(value));
+    for (size_t i = 0; i < got.size(); i++) {
+        const double g = got[i], w = want[i];
+        bool ok = false;
+        if (std::isnan(w))
+            ok = std::isnan(g);
+        else if (std::isinf(w)) // or 0 x inf, where an f32 weight underflows to 0
+            ok = g == w || (feeds_values && std::isnan(g));
+        else
+            ok = std::abs(g - w) <= tolerance * scale ||
+                 (feeds_values && std::isnan(g) && std::isnan(math[i]));
+        if (!ok) {
+            std::ostringstream message;
+            message << "output element " << i << " is " << g << " (" << value_class(g)
+                    << "), the reference " << w << " (" << value_class(w) << ")";
+            return message.str();
+        }
+    }
+    return "";
+}
+
+} // namespace
+
+void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Prepare &prepare,
+                      double tolerance) {
+    const uint32_t seed = test_seed(base_seed);
+    INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    if (tolerance <= 0.0)
+        tolerance = tolerance_for(layer.info.dtype);
+    const float planted[] = {std::numeric_limits<float>::quiet_NaN(),
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity()};
+    // Prefill with Lq = Lk, decode (Lq < Lk) and a longer one that spans several blocks.
+    const Shape shapes[] = {{2, 19, 19}, {2, 3, 45}, {1, 40, 130}};
+    std::mt19937 rng(seed);
+    uint32_t problem_seed = seed;
+    for (const Shape &shape : shapes) {
+        if (layer.info.rope.table && shape.query_len > shape.key_len)
+            continue;
+        for (float value : planted) {
+            // The inputs, by name, and whether each feeds V.
+            Problem names(layer.info, shape.batch, shape.query_len, shape.key_len, 0);
+            std::vector<std::pair<std::string, bool>> inputs;
+            if (layer.info.projections) {
+                inputs.emplace_back("x", !layer.info.cross_attention);
+                if (layer.info.cross_attention)
+                    inputs.emplace_back("context", true);
+            } else {
+                inputs.emplace_back("query", false);
+                inputs.emplace_back("key", false);
+                inputs.emplace_back("value", true);
+            }
+            if (layer.info.additive)
+                inputs.emplace_back("attn_bias", false);
+            for (const auto &entry : names.tensors)
+                if (entry.second.dtype == attngen::DType::f32)
+                    inputs.emplace_back(entry.first, false);
+            for (const auto &[input, feeds_values] : inputs)
+                for (int trial = 0; trial < 2; trial++) {
+                    Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len,
+                                    ++problem_seed);
+                    ReferenceProblem unused;
+                    if (prepare)
+                        prepare(problem, unused);
+                    HostTensor &tensor = input == "x"           ? problem.x
+                                         : input == "context"   ? problem.context
+                                         : input == "query"     ? problem.query
+                                         : input == "key"       ? problem.key
+                                         : input == "value"     ? problem.value
+                                         : input == "attn_bias" ? problem.attn_bias
+                                                                : problem.tensors.at(input);
+                    std::uniform_int_distribution<size_t> element(0, tensor.values.size() - 1);
+                    const size_t index = element(rng);
+                    plant(tensor, index, value);
+                    ReferenceProblem math = problem.reference();
+                    if (prepare)
+                        prepare(problem, math);
+                    ReferenceProblem skipped = math;
+                    skipped.zero_weight_values = false;
+                    OutputBuffer out(layer.info.dtype, problem.out_elements());
+                    attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+                    INFO(describe(problem, problem_seed)
+                         << ": " << value_class(value) << " at element " << index << " of " << input
+                         << "; " << status.message());
+                    REQUIRE(status.ok());
+                    const std::string mismatch =
+                        non_finite_mismatch(out.values(), reference_attention(skipped),
+                                            reference_attention(math), feeds_values, tolerance);
+                    INFO(mismatch << " (tolerance " << tolerance << ")");
+                    CHECK(mismatch.empty());
+                }
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 #include "storage_types.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -86,5 +87,22 @@ std::vector<Shape> decode_shapes();
  */
 void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
                              const std::vector<Shape> &extra_shapes = {});
+
+/** Adjusts a random problem (its declared tensors and scalars) and sets the reference's
+ * modification to match. */
+using Prepare = std::function<void(Problem &, ReferenceProblem &)>;
+
+/**
+ * Plants NaN, +inf and -inf, one element at a time, at random positions of each input the layer
+ * reads (query, key, value or x, context; attn_bias; declared f32 tensors), on random problems
+ * of several shapes, and checks every output element against the double-precision reference
+ * under the rules of docs/api.md ("Non-finite inputs"): a NaN or infinity where the
+ * reference has one, and within `tolerance` (tolerance_for(dtype) if 0) of it elsewhere. The
+ * reference skips keys of weight 0 (PyTorch's math path adds 0 x V); where the planted element
+ * feeds V, an output element may also be NaN where 0 x V makes the math path's NaN, or where
+ * the reference has an infinity (a weight that underflows to 0 in f32 times inf).
+ */
+void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Prepare &prepare = {},
+                      double tolerance = 0.0);
 
 } // namespace attngen_test

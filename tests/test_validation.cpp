@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 
 using namespace attngen_test;
 
@@ -270,4 +271,54 @@ TEST_CASE("a valid call writes only the elements its output view names") {
         if (!inside[i] && std::memcmp(&block[i], &before[i], sizeof(float)) != 0)
             touched++;
     CHECK(touched == 0);
+}
+
+TEST_CASE("the finite check, when on, refuses a NaN or an infinity by tensor and index") {
+    struct Off {
+        ~Off() { attngen::set_finite_check(false); }
+    } off;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    CHECK_FALSE(attngen::finite_check()); // off by default
+    auto element = [](const HostTensor &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+        return static_cast<size_t>(((i0 * t.shape[1] + i1) * t.shape[2] + i2) * t.shape[3] + i3);
+    };
+    {
+        // Off: a NaN runs under the IEEE rules.
+        Problem problem(masks().info, 2, 5, 6, test_seed(4243));
+        problem.key.values[element(problem.key, 1, 0, 3, 5)] = nan;
+        OutputBuffer out(masks().info.dtype, problem.out_elements());
+        CHECK(attngen::run(masks(), problem.arguments(out.data())).ok());
+    }
+    attngen::set_finite_check(true);
+    CHECK(attngen::finite_check());
+    // The random problem's attn_bias holds -infs (they mask): expect_refused's valid call runs.
+    expect_refused(
+        masks(), 5, 6, [&](auto &, Problem &p) { p.key.values[element(p.key, 1, 0, 3, 5)] = nan; },
+        "attngen: `key` holds NaN at [1, 0, 3, 5] (the finite check is on)");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &, Problem &p) { p.query.values[element(p.query, 0, 2, 4, 63)] = -inf; },
+        "attngen: `query` holds -inf at [0, 2, 4, 63] (the finite check is on)");
+    expect_refused(
+        masks(), 5, 6,
+        [&](auto &, Problem &p) { p.attn_bias.values[element(p.attn_bias, 1, 3, 0, 2)] = inf; },
+        "attngen: `attn_bias` holds +inf at [1, 3, 0, 2] (the finite check is on)");
+    // Strided: the gaps between rows hold NaN and are not read; an element the view names is.
+    std::vector<float> padded(2 * 2 * 6 * 128, nan);
+    for (size_t row = 0; row < 2 * 2 * 6; row++)
+        for (size_t d = 0; d < 64; d++)
+            padded[row * 128 + d] = 0.25f;
+    auto strided_value = [&](attngen::Arguments &args, Problem &) {
+        args.value = attngen::strided_view(padded.data(), attngen::DType::f32, {2, 2, 6, 64},
+                                           {1536, 768, 128, 1});
+    };
+    Problem problem(masks().info, 2, 5, 6, test_seed(4244));
+    OutputBuffer out(masks().info.dtype, problem.out_elements());
+    attngen::Arguments args = problem.arguments(out.data());
+    strided_value(args, problem);
+    CHECK(attngen::validate(masks(), args).ok());
+    padded[1536 + 2 * 128 + 7] = nan; // [1, 0, 2, 7]
+    expect_refused(masks(), 5, 6, strided_value,
+                   "attngen: `value` holds NaN at [1, 0, 2, 7] (the finite check is on)");
 }

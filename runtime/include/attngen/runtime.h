@@ -278,4 +278,15 @@ void set_scratch_limit(size_t bytes);
 /** Bytes of scratch currently held by the generated code and by the cache. */
 size_t scratch_bytes_in_use();
 
+/**
+ * The finite check (off by default): run() and validate() also scan every float input in host
+ * memory (query, key, value, x, context, weights, biases, attn_bias, rope tables, declared
+ * tensors) and refuse a call whose input holds a NaN or an infinity (-inf in attn_bias masks, and
+ * is allowed), with a Status naming the tensor and the first such element's index. It costs a
+ * pass over the inputs. Device tensors and the caches (whose unwritten slots may hold anything)
+ * are not scanned. Without it, non-finite inputs follow IEEE rules (docs/api.md).
+ */
+void set_finite_check(bool enabled);
+bool finite_check();
+
 } // namespace attngen
