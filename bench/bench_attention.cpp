@@ -20,6 +20,7 @@
 #include "bench_decode.h"
 #include "bench_mha1024.h"
 #include "bench_mha512.h"
+#include "fused_peers.h"
 #include "machine_probes.h"
 #include "storage_types.h"
 
@@ -106,13 +107,15 @@ struct Options {
     bool max_len_given = false; ///< --max-len caps the cached decode rows too
     bool prefill = true;
     bool cache = true;
+    bool fused_peers = true;
+    std::string peers_dir = ATTNGEN_BENCH_PEERS_DIR; ///< made by bench/peers/setup.sh
 };
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
                "                       [--min-ms N] [--no-prefill] [--no-decode] [--no-cache]\n"
                "                       [--no-mha] [--no-rope] [--no-memory]\n"
-               "                       [--help]\n"
+               "                       [--peers DIR] [--no-peers] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them), and cap\n"
                "               the cached decode rows' cache lengths at L\n"
@@ -129,9 +132,13 @@ void print_usage() {
                "  --no-cache   skip the cached decode table (KV caches, contiguous and paged)\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-rope    skip the rotary-embedding table (D=128 causal, with and without)\n"
-               "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n",
+               "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n"
+               "  --peers DIR  where bench/peers/setup.sh put the fused peers, PyTorch and ggml\n"
+               "               (default {}); a peer that is absent gets \"-\" columns\n"
+               "  --no-peers   do not start the fused peers\n",
                longest, Options().reference_max_len, slow_run_ms / 1000, max_runs,
-               Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len);
+               Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len,
+               Options().peers_dir);
 }
 
 /** `text` as an integer in [low, high], or nullopt after saying on stderr what is wrong. */
@@ -157,17 +164,19 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             return std::nullopt;
         }
         if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha" ||
-            option == "--no-rope" || option == "--no-prefill" || option == "--no-cache") {
+            option == "--no-rope" || option == "--no-prefill" || option == "--no-cache" ||
+            option == "--no-peers") {
             (option == "--no-decode"    ? options.decode
              : option == "--no-memory"  ? options.memory
              : option == "--no-rope"    ? options.rope
              : option == "--no-prefill" ? options.prefill
              : option == "--no-cache"   ? options.cache
+             : option == "--no-peers"   ? options.fused_peers
                                         : options.mha) = false;
             continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--ref-max-len" &&
-            option != "--runs" && option != "--min-ms") {
+            option != "--runs" && option != "--min-ms" && option != "--peers") {
             fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
             return std::nullopt;
         }
@@ -176,6 +185,10 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             return std::nullopt;
         }
         const std::string text = argv[++i];
+        if (option == "--peers") {
+            options.peers_dir = text;
+            continue;
+        }
         std::optional<int64_t> value;
         if (option == "--threads") {
             if ((value = parse_integer(option, text, 1, 1024)))
@@ -512,6 +525,41 @@ bool agrees(const std::string &what, const std::vector<float> &actual,
     return false;
 }
 
+/** The fused peers' times over the rounds of one row, and their ratios to attngen's. */
+class FusedRounds {
+  public:
+    static constexpr size_t count = attngen_bench::FusedPeers::count;
+
+    /** Times one call of each running peer after attngen's `attngen_ms`; returns the slowest. */
+    double time(attngen_bench::FusedPeers &fused, bool rewarm, double attngen_ms) {
+        double slowest = 0;
+        const std::vector<double> times = fused.time(rewarm);
+        for (size_t i = 0; i < times.size(); i++) {
+            if (std::isnan(times[i]))
+                continue;
+            times_[i].push_back(times[i]);
+            ratios_[i].push_back(times[i] / attngen_ms);
+            slowest = std::max(slowest, times[i]);
+        }
+        return slowest;
+    }
+
+    /**
+     * Each peer's median ms and median ratio over `rounds` rounds; NaN for one that did not run
+     * or stopped during them.
+     */
+    void report(size_t rounds, double (&ms)[count], double (&ratio)[count]) const {
+        for (size_t i = 0; i < count; i++)
+            if (!times_[i].empty() && times_[i].size() == rounds) {
+                ms[i] = median(times_[i]);
+                ratio[i] = median(ratios_[i]);
+            }
+    }
+
+  private:
+    std::vector<double> times_[count], ratios_[count];
+};
+
 constexpr Blas peers[] = {Blas::openblas, Blas::onednn};
 
 /** One row of the table; attngen_ms is NaN when the layer failed. */
@@ -519,6 +567,9 @@ struct RowResult {
     double attngen_ms = std::numeric_limits<double>::quiet_NaN();
     double peer_ms[std::size(peers)] = {};
     double ratio[std::size(peers)] = {}; ///< median over the rounds of peer ms / attngen ms
+    /// the same for the fused peers (PyTorch, ggml); NaN where one is not running
+    double fused_ms[attngen_bench::FusedPeers::count] = {NAN, NAN};
+    double fused_ratio[attngen_bench::FusedPeers::count] = {NAN, NAN};
     /// attngen's reference schedule: its median ms and that / attngen_ms; NaN when not timed
     double reference_ms = std::numeric_limits<double>::quiet_NaN();
     double reference_ratio = std::numeric_limits<double>::quiet_NaN();
@@ -532,12 +583,16 @@ struct RowResult {
  * shared machine falls on all of them alike; a row reports each one's median time and the
  * median over the rounds of each peer's time / attngen's time. The outputs are compared:
  * attngen's `out` with each peer's `reference`. Problems are described on stderr (as `name` at
- * L=`length`) and marked in `check`.
+ * L=`length`) and marked in `check`. When `load_fused` is given, it is called after the warm-up
+ * (it loads the fused peers with the inputs and checks their outputs against `out`), and each
+ * round also times every running fused peer, last.
  */
 RowResult time_and_compare(const char *name, int64_t length, const Rounds &rounds,
                            const std::function<attngen::Status()> &run_attngen,
                            const std::function<void(Blas)> &run_peer, const std::vector<float> &out,
-                           const std::vector<float> &reference) {
+                           const std::vector<float> &reference,
+                           attngen_bench::FusedPeers *fused = nullptr,
+                           const std::function<bool()> &load_fused = {}) {
     attngen::Status status;
     auto run_checked = [&] {
         attngen::Status result = run_attngen();
@@ -558,6 +613,10 @@ RowResult time_and_compare(const char *name, int64_t length, const Rounds &round
             row.check = "MISMATCH";
     }
 
+    const bool with_fused = fused != nullptr && load_fused && status && fused->any();
+    if (with_fused && !load_fused())
+        row.check = "MISMATCH";
+
     // Short calls are timed right after an untimed call of their own, as they run back to
     // back in a model: with their own data in cache.
     const bool rewarm = slowest_warm_up < slow_run_ms;
@@ -567,6 +626,7 @@ RowResult time_and_compare(const char *name, int64_t length, const Rounds &round
         return elapsed_ms(call);
     };
     std::vector<double> attngen_times, peer_times[std::size(peers)], ratios[std::size(peers)];
+    FusedRounds fused_rounds;
     run_rounds(rounds, [&] {
         double slowest = 0;
         if (status) {
@@ -579,6 +639,8 @@ RowResult time_and_compare(const char *name, int64_t length, const Rounds &round
             if (status)
                 ratios[i].push_back(peer_times[i].back() / attngen_times.back());
         }
+        if (with_fused)
+            slowest = std::max(slowest, fused_rounds.time(*fused, rewarm, attngen_times.back()));
         return slowest;
     });
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -586,6 +648,7 @@ RowResult time_and_compare(const char *name, int64_t length, const Rounds &round
         row.peer_ms[i] = median(peer_times[i]);
         row.ratio[i] = status ? median(ratios[i]) : nan;
     }
+    fused_rounds.report(attngen_times.size(), row.fused_ms, row.fused_ratio);
     if (status) {
         row.attngen_ms = median(attngen_times);
     } else { // in the warm-up or a timed run; status keeps the first failure
@@ -602,7 +665,8 @@ RowResult time_and_compare(const char *name, int64_t length, const Rounds &round
  * timed apart from the rounds: at 10 to 100 times attngen's time, drift does not matter.
  */
 RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_layer,
-                  int64_t length, const Rounds &rounds, WorkerPool &pool) {
+                  int64_t length, const Rounds &rounds, WorkerPool &pool,
+                  attngen_bench::FusedPeers *fused) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, dim = info.head_dim;
     const int64_t size = batch * heads * length * dim;
@@ -624,7 +688,17 @@ RowResult measure(const attngen::Layer &layer, const attngen::Layer *reference_l
             blas_attention(blas, info, length, query.data(), key.data(), value.data(),
                            reference.data(), scores, pool);
         },
-        out, reference);
+        out, reference, fused,
+        [&] {
+            attngen_bench::PeerShape shape;
+            shape.batch = batch;
+            shape.heads = shape.kv_heads = heads;
+            shape.query_len = shape.key_len = length;
+            shape.dim = dim;
+            shape.causal = info.causal;
+            return fused->load(fmt::format("{} at L={}", info.name, length), shape, query.data(),
+                               key.data(), value.data(), out);
+        });
     if (reference_layer == nullptr || std::isnan(row.attngen_ms))
         return row;
 
@@ -870,6 +944,9 @@ double probed_bandwidth(attngen_bench::ReadProbe &probe, const Timed &timed) {
 /** One row of the decode table; ms is NaN when the layer failed. */
 struct DecodeResult {
     double ms = std::numeric_limits<double>::quiet_NaN();
+    /// the fused peers' median ms and median of their ms / attngen's, round by round
+    double fused_ms[attngen_bench::FusedPeers::count] = {NAN, NAN};
+    double fused_ratio[attngen_bench::FusedPeers::count] = {NAN, NAN};
     double probe_gbps = 0; ///< median of read-probe passes just before and after the calls
     double bytes = 0;      ///< K and V once, plus Q and the output
     const char *check = "ok";
@@ -877,10 +954,12 @@ struct DecodeResult {
 
 /**
  * Times `layer` (B=1, Lq=1) at `key_len`, rotating through copies of the inputs that together
- * exceed the caches, and checks the first copy's output against decode_reference.
+ * exceed the caches, and checks the first copy's output against decode_reference. Each round
+ * also times the running fused peers (`fused`, may be null), which rotate through as many copies
+ * of their own; their outputs are checked against attngen's.
  */
 DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, const Rounds &rounds,
-                            attngen_bench::ReadProbe &probe) {
+                            attngen_bench::ReadProbe &probe, attngen_bench::FusedPeers *fused) {
     const attngen::LayerInfo &info = layer.info;
     const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
     const int64_t query_size = heads * dim, cache_size = kv_heads * key_len * dim;
@@ -912,11 +991,32 @@ DecodeResult measure_decode(const attngen::Layer &layer, int64_t key_len, const 
         if (!call && status)
             status = call;
     };
+    run_one(); // the warm-up, on copy 0
+    bool with_fused = false;
+    if (fused != nullptr && status && fused->any()) {
+        attngen_bench::PeerShape shape;
+        shape.heads = heads;
+        shape.kv_heads = kv_heads;
+        shape.key_len = key_len;
+        shape.dim = dim;
+        shape.copies = static_cast<int>(copies);
+        if (!fused->load(fmt::format("{} at Lk={}", info.name, key_len), shape, set[0].query.data(),
+                         set[0].key.data(), set[0].value.data(), set[0].out))
+            result.check = "MISMATCH";
+        with_fused = fused->any();
+    }
+    std::vector<double> times;
+    FusedRounds fused_rounds;
     result.probe_gbps = probed_bandwidth(probe, [&] {
-        run_one();
-        result.ms = median_ms(
-            run_one, {std::max<int>(rounds.runs, static_cast<int>(copies)), rounds.min_ms});
+        run_rounds({std::max<int>(rounds.runs, static_cast<int>(copies)), rounds.min_ms}, [&] {
+            times.push_back(elapsed_ms(run_one));
+            return with_fused
+                       ? std::max(times.back(), fused_rounds.time(*fused, false, times.back()))
+                       : times.back();
+        });
     });
+    result.ms = median(times);
+    fused_rounds.report(times.size(), result.fused_ms, result.fused_ratio);
     if (!status) {
         fmt::print(stderr, "bench_attention: {} at Lk={}: {}\n", info.name, key_len,
                    status.message());
@@ -1182,14 +1282,88 @@ std::string column(double value, int width, int decimals, const char *suffix = "
 
 /**
  * The bw column: GB/s as a share of the probed bandwidth, 5 wide. A share above 100% says only
- * that the probe drifted below what the calls drew, so it is printed as ">100%", not as a result.
+ * that the probe drifted below what the calls drew, a probe failure: it is printed as "probe",
+ * not as a result.
  */
 std::string bandwidth_share(double gbps, double probe_gbps) {
     if (!(probe_gbps > 0) || std::isnan(gbps))
         return column(NAN, 5, 0);
     const double share = 100 * gbps / probe_gbps;
-    return share > 100 ? fmt::format("{:>5}", ">100%") : column(share, 5, 0, "%");
+    return share > 100 ? fmt::format("{:>5}", "probe") : column(share, 5, 0, "%");
 }
+
+/**
+ * The FMA-peak probes taken through the run (before the first table and after each), and the
+ * core clock measured with them. A row's share of the peak is taken against the best probe; a
+ * share above 100% would say only that the probes read too little, so it is reported as a probe
+ * failure, never as a result. The best probe is also checked against the ISA's bound, the clock
+ * x 2 FMA instructions a cycle x lanes x 2 flops x threads.
+ */
+class PeakLog {
+  public:
+    explicit PeakLog(int threads) : threads_(threads) {}
+
+    void probe(const std::string &when) {
+        const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(threads_);
+        kind_ = peak.kind;
+        lanes_ = peak.lanes;
+        probes_.emplace_back(when, peak.gflops);
+        clock_ghz_ = std::max(clock_ghz_, attngen_bench::measure_clock_ghz(threads_));
+    }
+
+    double best() const {
+        double best = 0;
+        for (const auto &entry : probes_)
+            best = std::max(best, entry.second);
+        return best;
+    }
+
+    /** Whether the best probe is above the ISA's bound (with 5% for the clock's own error). */
+    bool failed() const { return clock_ghz_ > 0 && best() > 1.05 * bound(); }
+
+    /** `gflops` as a share of the best probe, 5 wide: "-" without one, "probe" above 100%. */
+    std::string share(double gflops) const {
+        if (best() <= 0 || failed() || std::isnan(gflops))
+            return fmt::format("{:>5}", "-");
+        const double percent = 100 * gflops / best();
+        return percent > 100 ? fmt::format("{:>5}", "probe") : fmt::format("{:>4.0f}%", percent);
+    }
+
+    void print() const {
+        if (probes_.empty() || best() <= 0) {
+            fmt::print("\nno FMA peak: the probe needs x86 with AVX2 and FMA\n");
+            return;
+        }
+        std::string list;
+        double worst = best();
+        for (const auto &[when, gflops] : probes_) {
+            list += fmt::format("{}{} {:.1f}", list.empty() ? "" : ", ", when, gflops);
+            worst = std::min(worst, gflops);
+        }
+        fmt::print("\nFMA peak probes (f32, {}, {} threads, GFLOP/s, each the best of 5 trials of "
+                   "an assembly loop of 12 independent FMA chains): {}\nbest {:.1f}, worst {:.1f} "
+                   "(spread {:.1f}%)",
+                   kind_, threads_, list, best(), worst, 100 * (best() - worst) / best());
+        if (clock_ghz_ > 0)
+            fmt::print("; clock {:.2f} GHz with {} threads busy (dependent adds): the ISA's bound "
+                       "(2 FMA/cycle x {} lanes x 2 flops x threads) is {:.1f} GFLOP/s, the best "
+                       "probe {:.0f}% of it",
+                       clock_ghz_, threads_, lanes_, bound(), 100 * best() / bound());
+        fmt::print("\n");
+        if (failed())
+            fmt::print("PROBE FAILURE: the best probe is above the ISA's bound (the clock probe "
+                       "read too little); no share of the peak is reported\n");
+    }
+
+  private:
+    double bound() const { return clock_ghz_ * 2 * lanes_ * 2 * threads_; }
+
+    int threads_;
+    std::string kind_;
+    int lanes_ = 0;
+    double clock_ghz_ = 0;
+    std::vector<std::pair<std::string, double>> probes_;
+};
 
 } // namespace
 
@@ -1232,38 +1406,55 @@ int main(int argc, char **argv) {
         {&bench_d128_layer(), &bench_d128_reference_layer()},
         {&bench_d128_causal_layer(), &bench_d128_causal_reference_layer()}};
 
-    fmt::print("attngen vs the math path (sgemm + softmax + sgemm) with OpenBLAS and with oneDNN: "
-               "threads {}, seed {}, CPU {}\n",
+    fmt::print("attngen vs fused attention (PyTorch's CPU scaled_dot_product_attention, ggml's "
+               "flash_attn_ext) and the math path (sgemm + softmax + sgemm) with OpenBLAS and "
+               "with oneDNN: threads {}, seed {}, CPU {}\n",
                options.threads, seed, cpu_model());
-    const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(options.threads);
+    std::optional<attngen_bench::FusedPeers> fused;
+    if (options.fused_peers && (options.prefill || options.decode)) {
+        fused.emplace(options.peers_dir, ATTNGEN_BENCH_PEERS_SOURCE_DIR, options.threads);
+        for (size_t i = 0; i < attngen_bench::FusedPeers::count; i++) {
+            const attngen_bench::FusedPeer &peer = fused->peer(i);
+            fmt::print("{}: {}\n", peer.name,
+                       peer.missing.empty() ? peer.description : peer.missing);
+        }
+    }
+    PeakLog peaks(options.threads);
+    peaks.probe("start");
     const double bandwidth = attngen_bench::measure_read_bandwidth(options.threads);
-    fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}), read "
-               "bandwidth {:.1f} GB/s\n",
-               options.threads, peak.gflops, peak.kind, bandwidth);
+    fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}; probed "
+               "again after each table, summary at the end), read bandwidth {:.1f} GB/s\n",
+               options.threads, peaks.best(), attngen_bench::measure_fma_peak(1).kind, bandwidth);
     fmt::print("f32, B={}, H={}, Lq = Lk = L; {} after a warm-up", batch,
                layers[0].first->info.heads, rounds_text(options.rounds));
     fmt::print(
-        "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; peak = attngen GFLOP/s / measured "
-        "FMA peak;\nOpenBLAS and oneDNN: the math path with that library's sgemm (ms, "
-        "GFLOP/s, and ratio = the median over the rounds of its ms / attngen ms;\n"
-        "each round times attngen and both peers back to back)\n"
+        "\nGFLOP/s = 4*B*H*L*L*D / time, halved for causal; ratio = the median over the rounds "
+        "of a peer's ms / attngen ms;\neach round times attngen, OpenBLAS, oneDNN, PyTorch and "
+        "ggml back to back;\nPyTorch: scaled_dot_product_attention (is_causal for causal rows); "
+        "ggml: flash_attn_ext with K and V in f32 and in f16, each round the faster of the two;\n"
+        "OpenBLAS and oneDNN: the math path with that library's sgemm;\n"
         "reference: the layer generated with attngen's reference schedule (every stage at root, "
         "one thread, no vectorization, the L x L scores stored), timed apart, up to L = {}; "
         "ratio = its ms / attngen ms\n"
-        "check: max|attngen - math path| <= {:g} * max|math path| + {:g}, for both, and the same "
-        "for the reference against attngen\n\n",
+        "check: max|attngen - peer| <= {:g} * max|peer| + {:g}, for every peer (2e-3 and 1e-3 "
+        "for ggml's f16 K/V), and the same for the reference against attngen\n\n",
         options.reference_max_len, relative_tolerance, absolute_tolerance);
     // A peer's columns: "<library> ms", its GFLOP/s and the ratio, as wide as their headings.
     auto peer_ms_heading = [](Blas blas) { return fmt::format("{} ms", blas_name(blas)); };
-    // The columns every table shares after its own leading ones: attngen, each peer, the
-    // reference schedule (prefill only), check.
-    auto print_header = [&](const std::string &leading, bool with_reference) {
-        std::string header =
-            leading + fmt::format("{:>10} | {:>7} | {:>5} | ", "attngen ms", "GFLOP/s", "peak");
+    auto fused_ms_heading = [&](size_t i) {
+        return fmt::format("{} ms", i == 0 ? "PyTorch" : "ggml");
+    };
+    // The columns every table shares after its own leading ones: attngen, the fused peers
+    // (prefill only), each math-path peer, the reference schedule (prefill only), check.
+    auto print_header = [&](const std::string &leading, bool prefill) {
+        std::string header = leading + fmt::format("{:>10} | {:>7} | ", "attngen ms", "GFLOP/s");
+        for (size_t i = 0; prefill && i < attngen_bench::FusedPeers::count; i++)
+            header +=
+                fmt::format("{:>10} | {:>7} | {:>6} | ", fused_ms_heading(i), "GFLOP/s", "ratio");
         for (Blas blas : peers)
             header +=
                 fmt::format("{} | {:>7} | {:>6} | ", peer_ms_heading(blas), "GFLOP/s", "ratio");
-        if (with_reference)
+        if (prefill)
             header += fmt::format("{:>12} | {:>6} | ", "reference ms", "ratio");
         header += "check";
         fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
@@ -1273,13 +1464,17 @@ int main(int argc, char **argv) {
     // The runtime picks a layer's code path on every call; report the first row's.
     std::optional<attngen::CpuVariant> code_path;
     auto print_row = [&](const std::string &leading, const RowResult &row, double flops,
-                         bool with_reference) {
+                         bool prefill) {
         if (!code_path)
             code_path = row.code_path;
         if (std::strcmp(row.check, "ok") != 0)
             failures++;
         const double gflops = flops / row.attngen_ms * 1e-6;
         std::string peer_columns;
+        for (size_t i = 0; prefill && i < attngen_bench::FusedPeers::count; i++)
+            peer_columns += fmt::format("{} | {} | {} | ", column(row.fused_ms[i], 10, 3),
+                                        column(flops / row.fused_ms[i] * 1e-6, 7, 1),
+                                        column(row.fused_ratio[i], 6, 2, "x"));
         for (size_t i = 0; i < std::size(peers); i++) {
             const double ms = row.peer_ms[i];
             peer_columns +=
@@ -1287,16 +1482,22 @@ int main(int argc, char **argv) {
                             column(ms, static_cast<int>(peer_ms_heading(peers[i]).size()), 3),
                             column(flops / ms * 1e-6, 7, 1), column(row.ratio[i], 6, 2, "x"));
         }
-        if (with_reference)
+        if (prefill)
             peer_columns += fmt::format("{} | {} | ", column(row.reference_ms, 12, 1),
                                         column(row.reference_ratio, 6, 0, "x"));
-        fmt::print("{}{} | {} | {} | {}{}\n", leading, column(row.attngen_ms, 10, 3),
-                   column(gflops, 7, 1),
-                   column(peak.gflops > 0 ? 100 * gflops / peak.gflops : NAN, 5, 0, "%"),
-                   peer_columns, row.check);
+        fmt::print("{}{} | {} | {}{}\n", leading, column(row.attngen_ms, 10, 3),
+                   column(gflops, 7, 1), peer_columns, row.check);
         std::fflush(stdout);
     };
 
+    // (D, mask, L, attngen GFLOP/s) of each prefill row, for their share of the FMA peak.
+    struct PrefillPoint {
+        int64_t dim;
+        bool causal;
+        int64_t length;
+        double gflops;
+    };
+    std::vector<PrefillPoint> prefill_points;
     if (options.prefill)
         print_header(fmt::format("{:>4} | {:<6} | {:>5} | ", "D", "mask", "L"), true);
     for (auto [layer, reference_layer] : layers) {
@@ -1308,14 +1509,18 @@ int main(int argc, char **argv) {
                 continue;
             const double flops = 4.0 * double(batch * info.heads * length * length) *
                                  info.head_dim * (info.causal ? 0.5 : 1.0);
+            const RowResult row =
+                measure(*layer, length <= options.reference_max_len ? reference_layer : nullptr,
+                        length, options.rounds, peer_pool, fused ? &*fused : nullptr);
             print_row(fmt::format("{:>4} | {:<6} | {:>5} | ", info.head_dim,
                                   info.causal ? "causal" : "none", length),
-                      measure(*layer,
-                              length <= options.reference_max_len ? reference_layer : nullptr,
-                              length, options.rounds, peer_pool),
-                      flops, true);
+                      row, flops, true);
+            prefill_points.push_back(
+                {info.head_dim, info.causal, length, flops / row.attngen_ms * 1e-6});
         }
     }
+    if (options.prefill)
+        peaks.probe("after prefill");
 
     if (options.mha) {
         fmt::print("\nmulti-head attention end to end: self-attention with Q, K, V and output "
@@ -1336,6 +1541,7 @@ int main(int argc, char **argv) {
                           measure_mha(*layer, length, options.rounds, peer_pool), flops, false);
             }
         }
+        peaks.probe("after multi-head");
     }
 
     if (options.rope) {
@@ -1361,39 +1567,51 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (options.rope)
+        peaks.probe("after rope");
     if (options.decode) {
         const attngen::LayerInfo &info = bench_decode_layer().info;
         fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; {} (and at least one per "
                    "input copy), rotating input copies of 256 MiB or more;\nGB/s = (K + V + Q + "
                    "out bytes) / "
                    "time; probe = median read bandwidth of 256 MiB passes just before and after "
-                   "the row's calls (it drifts on shared machines);\nbw = GB/s / probe; check: "
-                   "against float64\n\n",
+                   "the row's calls (it drifts on shared machines);\nbw = GB/s / probe (\"probe\": "
+                   "above 100%, a probe failure); PyTorch (enable_gqa) and ggml (the faster of f32 "
+                   "and f16 K/V) in the same rounds, each with copies of its own;\nratio = median "
+                   "over the rounds of peer ms / attngen ms; check: attngen against float64, the "
+                   "peers against attngen\n\n",
                    info.heads, info.kv_heads, info.head_dim, rounds_text(options.rounds));
         const std::string decode_header =
-            fmt::format("{:>6} | {:>10} | {:>7} | {:>7} | {:>5} | {}", "Lk", "attngen ms", "GB/s",
-                        "probe", "bw", "check");
+            fmt::format("{:>6} | {:>10} | {:>7} | {:>7} | {:>5} | {:>10} | {:>6} | {:>10} | {:>6} "
+                        "| {}",
+                        "Lk", "attngen ms", "GB/s", "probe", "bw", "PyTorch ms", "ratio", "ggml ms",
+                        "ratio", "check");
         fmt::print("{}\n{}\n", decode_header, std::string(decode_header.size(), '-'));
         attngen_bench::ReadProbe probe(options.threads);
         for (int64_t key_len : decode_lengths) {
-            const DecodeResult row =
-                measure_decode(bench_decode_layer(), key_len, options.rounds, probe);
+            const DecodeResult row = measure_decode(bench_decode_layer(), key_len, options.rounds,
+                                                    probe, fused ? &*fused : nullptr);
             if (std::strcmp(row.check, "ok") != 0)
                 failures++;
             const double gbps = row.bytes / row.ms * 1e-6;
-            fmt::print("{:>6} | {} | {} | {} | {} | {}\n", key_len, column(row.ms, 10, 3),
-                       column(gbps, 7, 1), column(row.probe_gbps, 7, 1),
-                       bandwidth_share(gbps, row.probe_gbps), row.check);
+            fmt::print("{:>6} | {} | {} | {} | {} | {} | {} | {} | {} | {}\n", key_len,
+                       column(row.ms, 10, 3), column(gbps, 7, 1), column(row.probe_gbps, 7, 1),
+                       bandwidth_share(gbps, row.probe_gbps), column(row.fused_ms[0], 10, 3),
+                       column(row.fused_ratio[0], 6, 2, "x"), column(row.fused_ms[1], 10, 3),
+                       column(row.fused_ratio[1], 6, 2, "x"), row.check);
             std::fflush(stdout);
         }
     }
+    if (options.decode)
+        peaks.probe("after decode");
     if (options.cache) {
         const attngen::LayerInfo &info = bench_cache_contiguous_layer().info;
         fmt::print("\ncached decode steps: B sequences, cache lengths spread evenly from half of "
                    "max Lk to max Lk, one new token each; f32 layer, H={}, Hkv={}, D={}, causal; "
                    "{};\ncontiguous caches (B, Hkv, max Lk, D) against paged(64) ones in shuffled "
                    "blocks, alternating; GB/s = cached K and V bytes read / contiguous time; "
-                   "probe as above;\nbw = GB/s / probe; paged = median of paged ms / contiguous "
+                   "probe as above;\nbw = GB/s / probe (\"probe\": above 100%, a probe failure); "
+                   "paged = median of paged ms / contiguous "
                    "ms; check: first and last sequences against float64\n\n",
                    info.heads, info.kv_heads, info.head_dim, rounds_text(options.rounds));
         const std::string header = fmt::format(
@@ -1425,6 +1643,18 @@ int main(int argc, char **argv) {
     }
     if (options.memory && !report_peak_memory(bench_d64_layer()))
         failures++;
+
+    peaks.probe("end");
+    peaks.print();
+    if (!prefill_points.empty()) {
+        fmt::print("\nprefill, attngen's share of the best FMA probe (\"probe\": above 100%, a "
+                   "probe failure, not a result):\n{:>4} | {:<6} | {:>5} | {:>7} | {:>5}\n{}\n",
+                   "D", "mask", "L", "GFLOP/s", "peak", std::string(39, '-'));
+        for (const PrefillPoint &point : prefill_points)
+            fmt::print("{:>4} | {:<6} | {:>5} | {} | {}\n", point.dim,
+                       point.causal ? "causal" : "none", point.length, column(point.gflops, 7, 1),
+                       peaks.share(point.gflops));
+    }
 
     const dnnl_version_t *onednn = dnnl_version();
     fmt::print("\nattngen code path: {}; OpenBLAS core: {} ({}); oneDNN {}.{}.{} (CPU ISA {})\n",

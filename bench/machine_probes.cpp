@@ -1,6 +1,5 @@
-// The FMA-peak and bandwidth probes (see machine_probes.h). The FMA loop keeps 12 independent
-// accumulator chains, enough to cover FMA latency on current x86 cores; the bandwidth loop XORs
-// 64-bit words, which compilers vectorize without reassociating floats.
+// The FMA-peak, clock and bandwidth probes (see machine_probes.h). The bandwidth loop XORs 64-bit
+// words, which compilers vectorize without reassociating floats.
 #include "machine_probes.h"
 
 #include <algorithm>
@@ -21,35 +20,69 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr long fma_iterations = 40'000'000;
 constexpr int chains = 12;
-constexpr int fma_trials = 9; // about 0.15 s each at 200 GFLOP/s on 2 threads
+constexpr int fma_trials = 5; // about 0.1 s each at 200 GFLOP/s on 2 threads
 
+// The loops are written in assembly so that what is timed does not depend on the compiler or
+// its flags: at -O2, GCC 12 keeps an array of C++ accumulators in memory, and such a probe read
+// 104 GFLOP/s on a machine whose real peak is twice that. Each iteration is 12 independent FMAs
+// (acc += a * b, one register each), enough to cover 4 cycles of latency on two FMA pipes.
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
-    __m256 acc[chains];
-    for (int j = 0; j < chains; j++)
-        acc[j] = _mm256_set1_ps(1.0f + 0.01f * j);
-    const __m256 scale = _mm256_set1_ps(0.999999f), offset = _mm256_set1_ps(1e-6f);
-    for (long i = 0; i < iterations; i++)
-        for (int j = 0; j < chains; j++)
-            acc[j] = _mm256_fmadd_ps(acc[j], scale, offset);
-    float sum = 0;
-    for (int j = 0; j < chains; j++)
-        sum += _mm256_cvtss_f32(acc[j]);
-    return sum;
+#define ATTNGEN_FMA_12(reg)                                                                        \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "2\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "3\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "4\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "5\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "6\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "7\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "8\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "9\n\t"                                           \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "10\n\t"                                          \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "11\n\t"                                          \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "12\n\t"                                          \
+    "vfmadd231ps %%" reg "0, %%" reg "1, %%" reg "13\n\t"
+
+// Broadcasts a and b into registers 0 and 1 and a into the 12 accumulators.
+#define ATTNGEN_FMA_SETUP(reg)                                                                     \
+    "vbroadcastss (%[values]), %%" reg "0\n\t"                                                     \
+    "vbroadcastss 4(%[values]), %%" reg "1\n\t"                                                    \
+    "vmovaps %%" reg "0, %%" reg "2\n\tvmovaps %%" reg "0, %%" reg "3\n\t"                         \
+    "vmovaps %%" reg "0, %%" reg "4\n\tvmovaps %%" reg "0, %%" reg "5\n\t"                         \
+    "vmovaps %%" reg "0, %%" reg "6\n\tvmovaps %%" reg "0, %%" reg "7\n\t"                         \
+    "vmovaps %%" reg "0, %%" reg "8\n\tvmovaps %%" reg "0, %%" reg "9\n\t"                         \
+    "vmovaps %%" reg "0, %%" reg "10\n\tvmovaps %%" reg "0, %%" reg "11\n\t"                       \
+    "vmovaps %%" reg "0, %%" reg "12\n\tvmovaps %%" reg "0, %%" reg "13\n\t"
+
+const float fma_values[2] = {0.999999f, 1e-6f}; // acc grows by 1e-6 a step: never subnormal
+
+// The whole loop over registers `reg` ("ymm" or "zmm"), `iterations` times.
+#define ATTNGEN_FMA_LOOP(reg, iterations)                                                          \
+    asm volatile(ATTNGEN_FMA_SETUP(reg) "1:\n\t" ATTNGEN_FMA_12(reg) "dec %[count]\n\t"            \
+                                                                     "jnz 1b\n\t"                  \
+                                                                     "vzeroupper"                  \
+                 : [count] "+r"(iterations)                                                        \
+                 : [values] "r"(fma_values)                                                        \
+                 : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+                   "xmm10", "xmm11", "xmm12", "xmm13", "cc", "memory")
+
+__attribute__((target("avx2,fma"))) void fma_loop_avx2(long iterations) {
+    ATTNGEN_FMA_LOOP("ymm", iterations);
 }
 
-__attribute__((target("avx512f"))) float fma_loop_avx512(long iterations) {
-    __m512 acc[chains];
-    for (int j = 0; j < chains; j++)
-        acc[j] = _mm512_set1_ps(1.0f + 0.01f * j);
-    const __m512 scale = _mm512_set1_ps(0.999999f), offset = _mm512_set1_ps(1e-6f);
-    for (long i = 0; i < iterations; i++)
-        for (int j = 0; j < chains; j++)
-            acc[j] = _mm512_fmadd_ps(acc[j], scale, offset);
-    float sum = 0;
-    for (int j = 0; j < chains; j++)
-        sum += _mm512_cvtss_f32(acc[j]);
-    return sum;
+__attribute__((target("avx512f"))) void fma_loop_avx512(long iterations) {
+    ATTNGEN_FMA_LOOP("zmm", iterations);
+}
+
+/** A chain of dependent integer adds, one a cycle on every x86 core: 8 * iterations cycles. */
+void add_chain(long iterations) {
+    long value = 0;
+    asm volatile("1:\n\t"
+                 "add $1, %[value]\n\tadd $1, %[value]\n\tadd $1, %[value]\n\tadd $1, %[value]\n\t"
+                 "add $1, %[value]\n\tadd $1, %[value]\n\tadd $1, %[value]\n\tadd $1, %[value]\n\t"
+                 "dec %[count]\n\t"
+                 "jnz 1b"
+                 : [count] "+r"(iterations), [value] "+r"(value)
+                 :
+                 : "cc");
 }
 #endif
 
@@ -78,16 +111,15 @@ template <typename Work> double timed_on_threads(int threads, const Work &work) 
 
 FmaPeak measure_fma_peak(int threads) {
     FmaPeak peak;
-    int lanes = 0;
-    float (*loop)(long) = nullptr;
+    void (*loop)(long) = nullptr;
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) {
         loop = fma_loop_avx512;
-        lanes = 16;
+        peak.lanes = 16;
         peak.kind = "avx512";
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         loop = fma_loop_avx2;
-        lanes = 8;
+        peak.lanes = 8;
         peak.kind = "avx2";
     }
 #endif
@@ -95,15 +127,28 @@ FmaPeak measure_fma_peak(int threads) {
         peak.kind = "unavailable";
         return peak;
     }
-    // A peak is a best case: on a shared machine a neighbour can halve a short trial (one run
-    // measured 114 GFLOP/s where the next measured 227), so take the best of many.
-    std::vector<float> sink(threads);
+    // A peak is a best case: a neighbour on a shared machine can halve a short trial.
     for (int trial = 0; trial < fma_trials; trial++) {
-        double seconds = timed_on_threads(threads, [&](int t) { sink[t] = loop(fma_iterations); });
-        double flops = 2.0 * lanes * chains * double(fma_iterations) * threads;
+        double seconds = timed_on_threads(threads, [&](int) { loop(fma_iterations); });
+        double flops = 2.0 * peak.lanes * chains * double(fma_iterations) * threads;
         peak.gflops = std::max(peak.gflops, flops / seconds * 1e-9);
     }
     return peak;
+}
+
+double measure_clock_ghz(int threads) {
+#if defined(__x86_64__)
+    constexpr long iterations = 40'000'000; // 3.2e8 adds: about 0.1 s at 3 GHz
+    double best = 0;
+    for (int trial = 0; trial < 5; trial++) {
+        const double seconds = timed_on_threads(threads, [&](int) { add_chain(iterations); });
+        best = std::max(best, 8.0 * double(iterations) / seconds * 1e-9);
+    }
+    return best;
+#else
+    (void)threads;
+    return 0;
+#endif
 }
 
 ReadProbe::ReadProbe(int threads)

@@ -9,12 +9,23 @@
 namespace attngen_bench {
 
 struct FmaPeak {
-    double gflops = 0; ///< best of nine trials
-    std::string kind;  ///< "avx512", "avx2" or "scalar"
+    double gflops = 0; ///< best of five trials
+    std::string kind;  ///< "avx512", "avx2" or "unavailable"
+    int lanes = 0;     ///< f32 lanes of one FMA instruction
 };
 
-/** The f32 FMA throughput with `threads` threads: independent FMA chains, best of 9 trials. */
+/**
+ * The f32 FMA throughput with `threads` threads, each running a loop of 12 independent FMA
+ * chains written in assembly (AVX-512 where the CPU has it, else AVX2): best of five trials.
+ */
 FmaPeak measure_fma_peak(int threads);
+
+/**
+ * The core clock in GHz with `threads` threads busy: a chain of dependent integer adds (one per
+ * cycle on every x86 core), best of five; 0 where it cannot be measured. With it, an FMA probe
+ * can be checked against the ISA's bound: clock x 2 FMA instructions per cycle x lanes x 2.
+ */
+double measure_clock_ghz(int threads);
 
 /** Streams a 256 MiB buffer with `threads` threads: one pass gives the read bandwidth. */
 class ReadProbe {

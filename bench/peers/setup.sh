@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Sets up the benchmark's fused peers in DIR (default bench/.peers), once; run again, it checks
+# what is there and does only what is missing. Neither peer is needed to build or test attngen.
+#   - PyTorch: a venv from python3 with torch from PyPI (its Linux wheel pulls CUDA libraries,
+#     about 5 GiB in all, though the benchmark runs it on the CPU only);
+#   - ggml: built from the copy in the llama-cpp-python source package on PyPI (pinned by version
+#     and SHA-256), CPU backend, -march=native as llama.cpp builds it by default; then
+#     bench/peers/ggml_peer.cpp against it.
+# Needs python3 with venv (Debian: python3-venv), cmake, a C++ compiler and network access to PyPI.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+dir=${1:-$here/../.peers}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+jobs=$(nproc)
+
+torch_version=2.15.0
+llama_cpp_python_version=0.3.36
+llama_cpp_python_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+
+if "$dir/venv/bin/python" -c "import numpy, torch" 2>/dev/null; then
+    echo "PyTorch: $dir/venv has torch $("$dir/venv/bin/python" -c 'import torch; print(torch.__version__)')"
+else
+    echo "PyTorch: making $dir/venv with torch $torch_version (a download of about 5 GiB)"
+    python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "torch==$torch_version" numpy
+fi
+
+if [ -x "$dir/ggml_peer" ]; then
+    echo "ggml: $dir/ggml_peer is there"
+else
+    archive="$dir/llama_cpp_python-$llama_cpp_python_version.tar.gz"
+    if [ ! -f "$archive" ]; then
+        echo "ggml: downloading llama-cpp-python $llama_cpp_python_version's source from PyPI"
+        python3 - "$llama_cpp_python_version" "$archive" <<'PY'
+import json, sys, urllib.parse, urllib.request
+version, archive = sys.argv[1], sys.argv[2]
+index = "https://pypi.org/pypi/llama-cpp-python/json"
+with urllib.request.urlopen(index) as reply:
+    files = json.load(reply)["releases"][version]
+(url,) = [f["url"] for f in files if f["packagetype"] == "sdist"]
+urllib.request.urlretrieve(urllib.parse.urljoin(index, url), archive + ".part")  # mirrors give relative URLs
+PY
+        mv "$archive.part" "$archive"
+    fi
+    echo "$llama_cpp_python_sha256  $archive" | sha256sum --check --quiet
+    rm -rf "$dir/ggml-src" "$dir/ggml-build"
+    mkdir -p "$dir/ggml-src"
+    tar -xzf "$archive" -C "$dir/ggml-src" --strip-components=4 \
+        "llama_cpp_python-$llama_cpp_python_version/vendor/llama.cpp/ggml"
+    touch "$dir/ggml-src/ggml.pc.in" # the package leaves out the pkg-config template
+    echo "ggml: building its CPU backend"
+    cmake -S "$dir/ggml-src" -B "$dir/ggml-build" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DGGML_BLAS=OFF -DGGML_BUILD_TESTS=OFF \
+        -DGGML_BUILD_EXAMPLES=OFF -DCMAKE_INSTALL_PREFIX="$dir/ggml" > "$dir/ggml-build.log"
+    cmake --build "$dir/ggml-build" --parallel "$jobs" --target install >> "$dir/ggml-build.log"
+    "${CXX:-c++}" -O2 -std=c++17 -Wall -Wextra -Werror -I"$dir/ggml/include" \
+        "$here/ggml_peer.cpp" -L"$dir/ggml/lib" -lggml -lggml-cpu -lggml-base -fopenmp -pthread \
+        -o "$dir/ggml_peer"
+    rm -rf "$dir/ggml-src" "$dir/ggml-build"
+    echo "ggml: built $dir/ggml_peer"
+fi
