@@ -192,7 +192,6 @@ bool FusedPeers::load(const std::string &what, const PeerShape &shape, const flo
                       const float *key, const float *value, const std::vector<float> &expected) {
     if (!any())
         return true;
-    shape_ = shape;
     const int64_t query_count = shape.batch * shape.heads * shape.query_len * shape.dim;
     const int64_t kv_count = shape.batch * shape.kv_heads * shape.key_len * shape.dim;
     const float *inputs[] = {query, key, value};

@@ -95,7 +95,6 @@ class FusedPeers {
 
     FusedPeer peers_[count];
     std::string scratch_; ///< the folder the inputs are written to
-    PeerShape shape_;
 };
 
 } // namespace attngen_bench
