@@ -1311,6 +1311,8 @@ class PeakLog {
         clock_ghz_ = std::max(clock_ghz_, attngen_bench::measure_clock_ghz(threads_));
     }
 
+    const std::string &kind() const { return kind_; }
+
     double best() const {
         double best = 0;
         for (const auto &entry : probes_)
@@ -1424,7 +1426,7 @@ int main(int argc, char **argv) {
     const double bandwidth = attngen_bench::measure_read_bandwidth(options.threads);
     fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}; probed "
                "again after each table, summary at the end), read bandwidth {:.1f} GB/s\n",
-               options.threads, peaks.best(), attngen_bench::measure_fma_peak(1).kind, bandwidth);
+               options.threads, peaks.best(), peaks.kind(), bandwidth);
     fmt::print("f32, B={}, H={}, Lq = Lk = L; {} after a warm-up", batch,
                layers[0].first->info.heads, rounds_text(options.rounds));
     fmt::print(
