@@ -5,7 +5,7 @@
 #       [LAYERS a b ...]               # default: every layer of the file
 #       [TARGETS x86-64-linux ...]     # default: the build's machine; see `attngen targets`
 #       [SCHEDULE auto|x86|arm|reference]
-#       [SCHEDULE_PARAMS query_vectors=N,key_block=N,query_block=N,d_vectors=N]
+#       [SCHEDULE_PARAMS NAME=VALUE,...]  # see `attngen params`
 #       [SHAPE_CLASS prefill|decode]   # which tuned record to use (default prefill)
 #       [TUNED dir])                   # tuned tables (default: the ones attngen ships)
 #

@@ -1,6 +1,6 @@
 // The CPU schedule skeleton shared by x86 and ARM: one parallel task per (batch, kv head, query
 // tile), covering every query head of the kv head's group. Inside a task the keys are walked in
-// flash chunks (key_chunk; 0: whole rows), each chunk by the group's heads in turn while its K
+// flash chunks (flash_chunk; 0: whole rows), each chunk by the group's heads in turn while its K
 // and V rows are in cache: a chunk's scores are computed, masked and turned into probabilities
 // while they are in L1, vectorized along queries (K is broadcast from an aligned row-major copy,
 // no transpose); its P·V is register-blocked and vectorized along head_dim; the chunks combine
@@ -10,8 +10,8 @@
 // weight elements against vectors of activations transposed once per call), or packed GEMMs
 // (packed_weights: each weight transposed once per call, tiles that broadcast activations); in
 // decode, the projections over a few rows (Q and the output, and K and V in self-attention)
-// read the weights in place as dot products. The blocks come from
-// the target family's file (x86_schedule.cpp, arm_schedule.cpp). Decode shapes use the split-KV
+// read the weights in place as dot products. The blocks' defaults come from the target family's
+// column of schedule_param_table(). Decode shapes use the split-KV
 // form instead (schedule_split_kv): tasks over chunks of keys, not query tiles.
 #include "schedule.h"
 
@@ -85,9 +85,8 @@ constexpr int pv_register_accumulators = 16;
  * padded_row. Packed in blocks of vectors x vectors (a transpose in registers), in parallel
  * over blocks of eight vectors of input features: each task reads four consecutive cache
  * lines of every weight row once, rather than one line per row (a 1024-wide row is a 4 KiB
- * page of its own), and writes its rows of the packed weight in order. Packing the four
- * 1024 x 1024 weights of a model_dim 1024 layer at L = 128 took 2.9-4.4 ms, against 4.5-5.0 ms
- * with blocks of two vectors (host-profile, mean of 40 calls, three alternations).
+ * page of its own), and writes its rows of the packed weight in order (docs/performance.md
+ * has the measurements behind this and the other choices below).
  */
 void pack_transposed(Func weight, int outputs, int lanes) {
     Var in = weight.args()[0], out = weight.args()[1];
@@ -127,8 +126,8 @@ constexpr int dot_rows = 4, dot_outputs = 3;
  * Each tile keeps one vector of partial sums per (row, output) in registers across r and
  * finishes each with one horizontal sum; its rows of `a` stay in L1 while the outputs pass by.
  * For decode: with a few rows each weight row is read once either way. With many rows every
- * block of rows streams the whole weight from L3 again (about 80 GFLOP/s at model_dim 1024),
- * which is why prefill uses the packed GEMM.
+ * block of rows streams the whole weight from L3 again, which is why prefill uses the packed
+ * GEMM or transposes the activations.
  */
 void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_extent,
                                   const Var &out_var, int out_extent, const Var &row_var,
@@ -276,8 +275,8 @@ void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs,
  * Schedules `copy`, computed at root with `dense` stored innermost, as a transpose of a source
  * whose innermost dimension is `across`: in tiles of lanes x lanes, each stored vector along
  * `dense` gathered from the source, the tile's `across` unrolled (vectorizing both, for a
- * transpose in registers, made the model_dim 1024, L = 128 layer 1.10x slower). Parallel over
- * blocks of `across` and the other dimensions.
+ * transpose in registers, was slower). Parallel over blocks of `across` and the other
+ * dimensions.
  */
 void schedule_transpose(Func copy, const Var &dense, const Var &across, int lanes) {
     Var dense_inner{dense.name() + "_t"}, across_inner{across.name() + "_t"};
@@ -408,8 +407,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     if (s.r_values.dimensions() == 1) {
         // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
-        // Blocks of head_dim held in registers instead read V in strided passes, measured 1.4x
-        // slower at H=32 Hkv=8 D=128 Lk=32768.
+        // Blocks of head_dim held in registers instead would read V in strided passes.
         s.part_out.update()
             .reorder(d, h, s.r_values.x, q, j, b)
             .vectorize(d, d_vec)
@@ -419,8 +417,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
         // into the accumulators of as many heads as fit, the block's rows read again from L1
         // for the group's other heads; one load-add-store of each accumulator per block rather
-        // than per key. Whole rows, not blocks of head_dim: reading half rows was 1.06-1.43x
-        // slower (AVX2 and AVX-512, D=128, Lk 4096 and 32768).
+        // than per key. Whole rows, not blocks of head_dim, which would read V in strided passes.
         const int row_vectors = head_dim / d_vec;
         const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
         Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
@@ -472,8 +469,7 @@ void vectorize_features(Func rows, const AttentionStages &s, int lanes) {
  * Rotary embeddings, computed once per call (inlined into the scores, the rotation would run
  * once per score). The table at root. The rotated queries and keys at root in parallel tasks,
  * unless `into_copies`: then the forms' own per-call copy of K and per-tile copy of Q rotate
- * as they copy (at root they were one more pass over Q and K: 1.13x the time of the layer
- * without RoPE at L = 512).
+ * as they copy (at root they are one more pass over Q and K).
  */
 void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
     const int head_dim = s.spec.resolved_head_dim();
@@ -495,8 +491,7 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
         s.rope_table.compute_inline();
     } else {
         // The vectors of pairs unrolled: each pair's frequency is then a constant, where a
-        // vector of pairs selected it from all of them (a chain of rotary_dim / 2 selects per
-        // vector, 1.13x the time of the layer without RoPE at L = 512, D = 128).
+        // vector of pairs would select it from all of them (rotary_dim / 2 selects per vector).
         Var positions{"rope_positions"};
         s.rope_table.compute_root()
             .split(s.position, positions, s.position, 64, TailStrategy::GuardWithIf)
@@ -517,16 +512,15 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 
 } // namespace
 
-int cpu_default_kv_chunk(const std::string &shape_class) {
+int cpu_default_split_chunk(const std::string &shape_class) {
     if (shape_class != "decode")
         return 0;
     // Each chunk is a task of the K pass and of the V pass. 512 keys: long enough that a
-    // task's overhead is small, short enough that Lk = 1024 gives both cores work. Measured
-    // at H=32 Hkv=8 D=128 Lk=32768: 64 keys 19.4 ms, 128 17.5, 256 15.7, 512 13.7, 1024 14.6.
+    // task's overhead is small, short enough that Lk = 1024 gives both cores work.
     return 512;
 }
 
-int cpu_default_key_chunk(const std::string &shape_class) {
+int cpu_default_flash_chunk(const std::string &shape_class) {
     if (shape_class == "decode")
         return 0;
     // A chunk's scores and probabilities (24 queries x 256 keys, 24 KiB each at f32) and its
@@ -539,15 +533,13 @@ int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &pa
     const int lanes = target.natural_vector_size<float>();
     const int row_vectors = head_dim / vector_width_dividing(head_dim, lanes);
     // 32 registers: up to 16 accumulators, a row's loads and a broadcast. With 16 (AVX2), whole
-    // rows of D=128 do not fit and the one loop was as fast (0.96-1.07x, Lk 4096 and 32768).
+    // rows of D=128 do not fit and the one loop is as fast.
     const bool fits = lanes >= 16 && row_vectors <= pv_register_accumulators;
-    // AVX-512, 2 threads, H=32 Hkv=8 D=128, alternated 5-9 rounds: ms of 8-key blocks / one
-    // loop 0.85 at Lk=64, 0.90 at 1024, 0.88 at 4096, 0.91 at 32768; 4-key blocks alike, 2-key
-    // blocks 1.07-1.14x slower than 8.
+    // 8 keys: 4 were as fast, 2 slower.
     constexpr int block = 8;
     // Split-KV only (the query-tile form's chunks keep one loop); a block that does not divide
     // the chunk is refused by the algorithm itself (AlgorithmOptions::kv_value_block).
-    return fits && params.kv_chunk > 0 ? block : 0;
+    return fits && params.split_chunk > 0 ? block : 0;
 }
 
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
@@ -559,13 +551,10 @@ bool cpu_reverse_queries(const AttentionSpec &spec, const Halide::Target &target
     // A causal tile costs what its last query's row does. In query order, a 48-query tile
     // leaves L % 48 queries for a last tile as costly as a whole one: 1024 = 21 x 48 + 16 wastes
     // 32 queries x 1024 keys, 6% of the layer. Last to first, that short tile takes queries 0 to
-    // 15 and the tiles run longest first; the price is a copy of the output into query order.
-    // AVX-512, 2 threads, H=8, D=64, tuned blocks (48-query tiles), ms reversed / in order,
-    // 5 alternations: 0.96 at L = 512, 0.95 at 1024, 0.97 at 2048, 0.98 at 4096, and 1.00 at
-    // 1008 = 21 x 48. With 32-query tiles, which divide those lengths, only the copy is left:
-    // D=128 1.03 at 1024, 1.06 at 2048. AVX2 (24-query tiles, less waste): 1.01 and 0.97.
+    // 15 and the tiles run longest first; the price is a copy of the output into query order,
+    // which is all that is left where the tile, a power of two, divides the usual lengths.
     const int tile = cpu_query_tile(target, params);
-    return spec.mask.causal && params.kv_chunk <= 0 && !is_power_of_two(tile);
+    return spec.mask.causal && params.split_chunk <= 0 && !is_power_of_two(tile);
 }
 
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
@@ -574,15 +563,15 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     const int head_dim = s.spec.resolved_head_dim();
     const int query_tile = cpu_query_tile(target, params);
     // A P·V block cannot be taller than the tile it splits: Halide would shift the last block
-    // below query 0 (found by `attngen tune`: query_block 12 with an 8-query tile).
-    const int query_block = std::min(params.query_block, query_tile);
+    // below query 0 (found by `attngen tune`: value_queries 12 with an 8-query tile).
+    const int query_block = std::min(params.value_queries, query_tile);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     int d_block = d_vec;
     while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
         d_block *= 2;
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     // The whole-row and flash forms without projections copy K per call and Q per tile.
-    const bool copies_heads = !s.spec.projections.any() && params.kv_chunk <= 0;
+    const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
     schedule_rope(s, lanes, copies_heads && !s.k_new.defined());
 
     if (s.spec.projections.any()) {
@@ -602,7 +591,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // Prefill with the weights read in place: one transposed copy of each activation source
         // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
         // back for P·V, which reads V rows along head_dim.
-        const bool weights_in_place = params.kv_chunk <= 0 && !params.packed_weights;
+        const bool weights_in_place = params.split_chunk <= 0 && !params.packed_weights;
         if (weights_in_place && !s.qkv_proj.defined()) {
             if (s.kv_rows.name() == s.q_rows.name()) {
                 transposed_rows(s.q_rows, {s.q_proj, s.k_proj, s.v_proj}, lanes);
@@ -618,10 +607,9 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             // Decode: a few queries, so Q's weight is read once either way and packing it would
             // read and write it once more. K and V have as few rows in self-attention, but a
             // cross-attention context is long, and in place each block of its rows would stream
-            // the whole weight again: at model_dim 1024, Lq 4, Lk 4096 the layer took 180-194
-            // ms with K and V in place, 124-134 ms packed.
+            // the whole weight again, so they are packed.
             const bool few_rows = stage.name() == s.q_proj.name() || !s.spec.cross_attention;
-            if (params.kv_chunk > 0 && few_rows) {
+            if (params.split_chunk > 0 && few_rows) {
                 Func tiled = stage.in();
                 tiled.compute_root();
                 schedule_projection_in_place(tiled, stage, weight, model_dim, d, head_dim,
@@ -667,7 +655,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
         core.reorder_storage(d, h, q, b);
         const int model_dim = s.spec.resolved_model_dim();
-        if (params.kv_chunk > 0) {
+        if (params.split_chunk > 0) {
             // Decode: a few rows, so the weight is read once in place rather than three times
             // (read, written and read packed); tasks of 8 output tiles give the cores work.
             schedule_projection_in_place(s.output, s.out_proj, s.o_weight, head_dim, s.c, model_dim,
@@ -698,13 +686,13 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                              {s.r_concat.x, s.r_concat.y}, params);
         }
     }
-    if (params.kv_chunk > 0) {
+    if (params.split_chunk > 0) {
         schedule_split_kv(s, core, target);
         return;
     }
     if (copies_heads) {
         // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
-        // straddle cache lines (AVX2 code at D = 64: up to 1.2x slower). An aligned f32 copy
+        // straddle cache lines (slower in AVX2 code). An aligned f32 copy
         // per call (and f16/bf16 are converted once) avoids that, in the forms that
         // copy_values names: the whole-row form's V is a Func of its own, so a call that runs
         // one form copies only that form's V.
@@ -713,9 +701,10 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // per key (LLVM computed those in vector registers inside the dot-product loop).
         std::vector<Func> copies = {s.k_heads};
         const bool chunked = s.kv_chunk > 0;
-        if (params.copy_values == 2 || (params.copy_values == 1 && chunked))
+        if (params.copy_values == CopyValues::all ||
+            (params.copy_values == CopyValues::flash && chunked))
             copies.push_back(s.v_heads);
-        if (s.rows && params.copy_values == 2)
+        if (s.rows && params.copy_values == CopyValues::all)
             copies.push_back(s.rows->v_heads);
         for (Func heads : copies) {
             Var task{"kv_task"};

@@ -2,7 +2,7 @@
 //
 // The online (one-pass) form of the algorithm (AttentionStages::running), one warp per block.
 // A block computes a tile of rows, query_tile queries of heads_per_block query heads of one kv
-// head's group, and walks the keys key_chunk at a time. Each step:
+// head's group, and walks the keys step_keys at a time. Each step:
 //   1. stages the block's queries and the step's K in shared memory, transposed (features
 //      outermost), and the step's V as stored;
 //   2. each lane computes a register tile of the step's scores (score_keys x score_queries,
@@ -17,7 +17,7 @@
 // computed (Halide 14 does not split the unrolled score tiles at the diagonal).
 //
 // Decode shapes (a few queries per head) leave that grid mostly empty, so their split-KV form
-// (kv_chunk > 0) gives each chunk of keys its own block, whose fold over the chunk's steps gives
+// (split_chunk > 0) gives each chunk of keys its own block, whose fold over the chunk's steps gives
 // the chunk's max, sum and partial output, and the output's kernel combines the chunks exactly.
 // There a block takes up to 4 query heads of a kv head's group, so that each staged key and
 // value serves all of them.
@@ -65,7 +65,7 @@ LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
     double best = 0;
     for (int query_lanes = 1; query_lanes <= warp_lanes; query_lanes *= 2) {
         const int key_lanes = warp_lanes / query_lanes;
-        const int keys = std::max(1, params.key_chunk / key_lanes);
+        const int keys = std::max(1, params.step_keys / key_lanes);
         const int queries = std::max(1, params.query_tile / query_lanes);
         const double per_load = double(keys * queries) / ((keys + 3) / 4 + (queries + 3) / 4);
         if (per_load > best) {
@@ -85,7 +85,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     const int head_dim = spec.resolved_head_dim();
     const int block_heads = params.heads_per_block;
     const int query_tile = params.query_tile;
-    const int key_chunk = params.key_chunk;
+    const int step_keys = params.step_keys;
     const int width = s.online_width;
     const LaneLayout layout = lane_layout(head_dim, params);
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
@@ -257,9 +257,9 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     // K and the block's queries (scaled), staged in shared memory each step, transposed: a
     // score tile reads neighbouring keys and neighbouring queries of one feature as vectors.
     // The lanes load along head_dim, so the loads are coalesced; rows padded by 4 words keep
-    // the transposed stores to 4 lanes a bank and the rows aligned for 128-bit loads. (On an
-    // H200, lanes along the rows, which store into distinct banks but load 32 rows at once,
-    // ran 1.4x slower at head_dim 64.) The queries are staged each step, not once per block:
+    // the transposed stores to 4 lanes a bank and the rows aligned for 128-bit loads (lanes
+    // along the rows store into distinct banks but load 32 rows at once, which was slower). The
+    // queries are staged each step, not once per block:
     // Halide 14 takes a block's buffers as live from their first to their last use in program
     // order, loops aside, so a buffer allocated later in the step could reuse their space while
     // the next step still needs them. After the first step they come from L1.
@@ -288,14 +288,14 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         }
     }
     if (params.stage_kv)
-        stage_transposed(s.k_heads.in(s.scores), k, key_chunk, "k_step");
+        stage_transposed(s.k_heads.in(s.scores), k, step_keys, "k_step");
 
     // V is read as stored: keys outermost, a lane reading a few neighbouring features.
     if (params.stage_kv) {
         Func v_step = s.v_heads.in(state);
         Var vd{"v_step_d"}, vv{"v_step_vector"};
         v_step.compute_at(state, step)
-            .bound_extent(k, key_chunk)
+            .bound_extent(k, step_keys)
             .split(d, vd, d, warp_lanes * 4, TailStrategy::GuardWithIf)
             .split(d, d, vv, 4, TailStrategy::GuardWithIf)
             .reorder(vv, d, k, vd)
@@ -309,7 +309,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         Var ko{"score_key_lane"}, ki{"score_key"}, qo2{"score_query_lane"}, qi2{"score_query"};
         Var lane{"score_lane"};
         s.masked.compute_at(state, step)
-            .bound_extent(k, key_chunk)
+            .bound_extent(k, step_keys)
             .reorder_storage(q, k, h)
             .split(k, ko, ki, layout.score_keys, TailStrategy::GuardWithIf)
             .split(q, qo2, qi2, layout.score_queries, TailStrategy::GuardWithIf)
@@ -353,7 +353,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     s.part_max.compute_at(state, step);
     rows_on_lanes(s.part_max, "max_init");
     rows_on_lanes(s.part_max.update().reorder(s.r_keys.x, q, h), "max");
-    s.probs.compute_at(state, step).bound_extent(k, key_chunk).reorder_storage(q, k, h);
+    s.probs.compute_at(state, step).bound_extent(k, step_keys).reorder_storage(q, k, h);
     if (rows >= 8) {
         rows_on_lanes(Stage(s.probs).reorder(k, q, h), "probs");
     } else {

@@ -22,7 +22,7 @@ check_layer() { # check_layer NAME TARGET PARAMS...
     shift 2
     # P·V's loop over keys: r_keys, or r_values where a mask bounds it per register block.
     local pv_stage='for part_out$1.s1.r_'
-    [[ " $* " == *" schedule_params=key_chunk:0 "* ]] && pv_stage='for weighted_sum$1.s1.r_'
+    [[ " $* " == *" schedule_params=flash_chunk:0 "* ]] && pv_stage='for weighted_sum$1.s1.r_'
     if ! "$generator" -g attention -f "$name" -e assembly -o "$work" \
         "target=$target-no_runtime" "$@" > "$work/$name.log" 2>&1; then
         echo "FAILED: generating $name for $target"; cat "$work/$name.log"
@@ -46,7 +46,7 @@ check_layer plain_d64 arm-64-linux heads=2 head_dim=64
 check_layer causal_gqa_d32 arm-64-linux-arm_fp16 heads=4 kv_heads=2 head_dim=32 mask=causal
 check_layer f16_d128 arm-64-linux-arm_fp16 heads=2 head_dim=128 dtype=f16 mask=padding
 check_layer mha arm-64-linux model_dim=64 heads=4 projections=q,k,v,out bias=true
-check_layer whole_rows_d64 arm-64-linux heads=2 head_dim=64 schedule_params=key_chunk:0
+check_layer whole_rows_d64 arm-64-linux heads=2 head_dim=64 schedule_params=flash_chunk:0
 
 echo "$((checks - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

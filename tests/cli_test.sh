@@ -103,7 +103,7 @@ expect 1 "compile naming a layer twice" "$attngen" compile "$spec" --target x86-
 contains "$work/err.txt" "--layers names 'alibi' more than once" "compile names the repeated layer"
 expect 0 "compile with schedule parameters written key=value, as --help shows them" "$attngen" \
     compile "$spec" --target x86-64-linux-avx2 --layers alibi \
-    --schedule-params key_chunk=0,query_vectors=2 -o "$work/lib_params"
+    --schedule-params flash_chunk=0,query_vectors=2 -o "$work/lib_params"
 
 expect 0 "run softcap" "$attngen" run "$spec" --layer softcap --shape 2,19,23 --scalar cap=0.8 --runs 2
 contains "$work/out.txt" ": ok" "run checks against the reference"
@@ -112,25 +112,51 @@ expect 0 "run rotary embeddings after projections" "$attngen" run "$llama" --lay
     --shape 2,37 --runs 1
 contains "$work/out.txt" ": ok" "run checks rotary embeddings against the reference"
 expect 0 "run partial interleaved rotary embeddings, split-KV" "$attngen" run "$llama" \
-    --layer gptj_partial --shape 1,3,300 --runs 1 --schedule-params kv_chunk=64
+    --layer gptj_partial --shape 1,3,300 --runs 1 --schedule-params split_chunk=64
 contains "$work/out.txt" ": ok" "run checks the split-KV rotary layer against the reference"
 expect 0 "run documents" "$attngen" run "$spec" --layer documents --shape 1,33 --runs 1
 expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alibi --shape 1,4 \
     --scalar cap=2
 expect 1 "run with a bad shape" "$attngen" run "$spec" --layer alibi --shape 1,0
 expect 0 "run the whole-row form" "$attngen" run "$spec" --layer alibi --shape 1,40 --runs 1 \
-    --schedule-params key_chunk=0
+    --schedule-params flash_chunk=0
 contains "$work/out.txt" ": ok" "the whole-row form matches the reference"
 expect 0 "run the split-KV form on a prefill shape" "$attngen" run "$spec" --layer alibi \
-    --shape 1,40 --runs 1 --schedule-params kv_chunk=16
-contains "$work/out.txt" ": ok" "naming kv_chunk turns the prefill default key_chunk off"
+    --shape 1,40 --runs 1 --schedule-params split_chunk=16
+contains "$work/out.txt" ": ok" "naming split_chunk turns the prefill default flash_chunk off"
+expect 0 "run with the parameters' old names, as older logs and scripts write them" "$attngen" \
+    run "$spec" --layer alibi --shape 1,40 --runs 1 \
+    --schedule-params kv_chunk=16,query_block=2,alternate_chunks=0
+contains "$work/out.txt" ": ok" "old names and numeric flags are still read"
+expect 1 "run with a flag that is not true or false" "$attngen" run "$spec" --layer alibi \
+    --shape 1,40 --schedule-params alternate_chunks=yes
+contains "$work/err.txt" "schedule parameter alternate_chunks must be true|false, got 'yes'" \
+    "a flag's values are named"
+expect 1 "run with an unknown copy_values" "$attngen" run "$spec" --layer alibi \
+    --shape 1,40 --schedule-params copy_values=some
+contains "$work/err.txt" "schedule parameter copy_values must be none|flash|all, got 'some'" \
+    "an enum's values are named"
+expect 1 "run with a GPU parameter on a CPU target" "$attngen" run "$spec" --layer alibi \
+    --shape 1,40 --schedule-params step_keys=16
+contains "$work/err.txt" "unknown CPU schedule parameter 'step_keys=16'" \
+    "a parameter of the other family is refused"
+expect 0 "params lists every schedule parameter" "$attngen" params
+contains "$work/out.txt" "value_queries=1..16" "params shows a CPU parameter and its values"
+contains "$work/out.txt" "step_keys=1..128" "params shows a GPU parameter and its values"
+expect 0 "params --markdown writes the reference page" "$attngen" params --markdown
+checks=$((checks + 1))
+if ! cmp -s "$work/out.txt" "$source/docs/schedule-params.md"; then
+    failures=$((failures + 1))
+    echo "FAILED: docs/schedule-params.md is not what 'attngen params --markdown' prints;" \
+        "regenerate it: attngen params --markdown > docs/schedule-params.md"
+fi
 expect 1 "run with both chunk forms" "$attngen" run "$spec" --layer alibi --shape 1,40 \
-    --schedule-params kv_chunk=16,key_chunk=32
-contains "$work/err.txt" "at most one may be nonzero, got kv_chunk=16 and key_chunk=32" \
+    --schedule-params split_chunk=16,flash_chunk=32
+contains "$work/err.txt" "at most one may be nonzero, got split_chunk=16 and flash_chunk=32" \
     "both chunk forms at once are refused, naming both values"
 expect 1 "run the split-KV form with rows_up_to" "$attngen" run "$spec" --layer alibi \
-    --shape 1,40 --schedule-params kv_chunk=16,rows_up_to=32
-contains "$work/err.txt" "the split-KV form takes none, got rows_up_to=32 with kv_chunk=16" \
+    --shape 1,40 --schedule-params split_chunk=16,rows_up_to=32
+contains "$work/err.txt" "the split-KV form takes none, got rows_up_to=32 with split_chunk=16" \
     "rows_up_to with the split-KV form is refused, naming both values"
 expect 0 "run projections with other GEMM tiles" "$attngen" run "$spec" --layer mha_alibi \
     --shape 2,23 --runs 1 --schedule-params gemm_row_vectors=1,gemm_outputs=2,gemm_task_tiles=5
@@ -140,12 +166,12 @@ expect 0 "run packed projections with other GEMM tiles" "$attngen" run "$spec" -
 contains "$work/out.txt" ": ok" \
     "packed projection GEMM tiles given on the command line match the reference"
 expect 0 "run projections with fused_qkv" "$attngen" run "$spec" --layer mha_alibi \
-    --shape 2,23 --runs 1 --schedule-params fused_qkv=1
+    --shape 2,23 --runs 1 --schedule-params fused_qkv=true
 contains "$work/out.txt" ": ok" "fused_qkv on the command line matches the reference"
 for switch in fused_qkv packed_weights; do
     expect 1 "run with $switch=2" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
         --schedule-params "$switch=2"
-    contains "$work/err.txt" "schedule parameter $switch must be in 0..1, got '2'" \
+    contains "$work/err.txt" "schedule parameter $switch must be true|false, got '2'" \
         "$switch out of range is refused, naming the value"
 done
 expect 1 "run with a zero GEMM tile" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
@@ -177,7 +203,7 @@ contains "$work/err.txt" "a tensor holds at most 2^31 - 1 bytes" "check names th
 # tune: a real search on a tiny space, its log, resume, a damaged line, export, merge, and
 # generation from the exported table.
 log=$work/tune.jsonl
-space='query_vectors=2/3;key_block=4;query_block=6;d_vectors=2'
+space='query_vectors=2/3;key_block=4;value_queries=6;d_vectors=2'
 tune=("$attngen" tune "$spec" --layer alibi --shapes '1,40;1,3,70' --trials 2 --runs 5
       --space "$space" --log "$log" --plot "$work/tune.svg")
 expect 0 "tune a tiny space, with one autoscheduler" "${tune[@]}" --baselines Mullapudi2016
@@ -229,29 +255,29 @@ checked_out "$work/arm.jsonl" "AArch64 candidates check out"
 if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
     expect 0 "tune the GPU schedule on OpenCL" "$attngen" tune "$spec" --layer alibi \
         --shapes 1,40 --target x86-64-linux-opencl --trials 2 --runs 5 \
-        --space 'query_tile=8/16;key_chunk=16' --log "$work/cl.jsonl" --work "$work/cl-work" \
+        --space 'query_tile=8/16;step_keys=16' --log "$work/cl.jsonl" --work "$work/cl-work" \
         --plot "$work/cl.svg"
     checked_out "$work/cl.jsonl" "OpenCL candidates check out"
-    contains "$work/out.txt" "key_chunk=16,query_tile=" "a GPU target searches the GPU space"
+    contains "$work/out.txt" "query_tile=" "a GPU target searches the GPU space"
     expect 0 "a score_mod with a run-time scalar on the GPU schedule" "$attngen" tune "$spec" \
         --layer softcap --shapes 1,33 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --scalar cap=0.75 --log "$work/cl-softcap.jsonl" --work "$work/cl-softcap-work"
     checked_out "$work/cl-softcap.jsonl" "the soft-capped GPU layer checks out"
     expect 0 "tune the GPU split-KV chunk on decode shapes" "$attngen" tune "$spec" \
         --layer alibi --shapes 1,2,70 --target x86-64-linux-opencl --trials 2 --runs 5 \
-        --space 'query_tile=16;key_chunk=16;kv_chunk=64/128' --log "$work/cl-decode.jsonl" \
+        --space 'query_tile=16;step_keys=16;split_chunk=64/128' --log "$work/cl-decode.jsonl" \
         --work "$work/cl-decode-work" --plot "$work/cl-decode.svg"
     checked_out "$work/cl-decode.jsonl" "split-KV GPU candidates check out"
-    contains "$work/out.txt" "kv_chunk=" "decode shapes search the GPU kv_chunk"
+    contains "$work/out.txt" "split_chunk=" "decode shapes search the GPU split_chunk"
 fi
-expect 1 "a GPU key_chunk that is not a power of two" "$attngen" compile "$spec" \
-    --target x86-64-linux-opencl --layers alibi --schedule-params key_chunk=24 -o "$work/lib_cl"
-contains "$work/err.txt" "key_chunk must be a power of two for a GPU target, got 24" \
+expect 1 "a GPU step_keys that is not a power of two" "$attngen" compile "$spec" \
+    --target x86-64-linux-opencl --layers alibi --schedule-params step_keys=24 -o "$work/lib_cl"
+contains "$work/err.txt" "step_keys must be a power of two for a GPU target, got 24" \
     "the GPU chunk rule is stated with the value given"
 expect 1 "GPU kv chunks that are not whole steps of keys" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --shape-class decode \
-    --schedule-params kv_chunk=40,key_chunk=16 -o "$work/lib_cl"
-contains "$work/err.txt" "kv_chunk must be a multiple of key_chunk (16) for a GPU target, got 40" \
+    --schedule-params split_chunk=40,step_keys=16 -o "$work/lib_cl"
+contains "$work/err.txt" "split_chunk must be a multiple of step_keys (16) for a GPU target, got 40" \
     "the GPU kv chunk rule is stated with the values given"
 expect 1 "GPU heads per block that do not divide the group" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --schedule-params heads_per_block=3 \
@@ -259,10 +285,10 @@ expect 1 "GPU heads per block that do not divide the group" "$attngen" compile "
 contains "$work/err.txt" "heads_per_block must divide the 1 query heads per kv head, got 3" \
     "the GPU heads per block are held to the group"
 expect 1 "GPU tiles that need more shared memory than a block has" "$attngen" compile "$spec" \
-    --target x86-64-linux-opencl --layers alibi --schedule-params query_tile=128,key_chunk=128 \
+    --target x86-64-linux-opencl --layers alibi --schedule-params query_tile=128,step_keys=128 \
     -o "$work/lib_cl"
 contains "$work/err.txt" \
-    "query_tile=128, key_chunk=128 and heads_per_block=1 need 181760 bytes of shared memory" \
+    "query_tile=128, step_keys=128 and heads_per_block=1 need 181760 bytes of shared memory" \
     "GPU tiles are held to the shared memory of a block"
 expect 1 "a GPU state width that leaves no whole lanes per row" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --schedule-params d_per_lane=5 -o "$work/lib_cl"
@@ -279,7 +305,7 @@ printf 'attention huge_head {\n  heads = 2\n  head_dim = 1024\n}\n' \
     >"$work/huge_head.attn"
 expect 1 "a layer whose smallest GPU tiles exceed a block's shared memory" "$attngen" compile \
     "$work/huge_head.attn" --target x86-64-linux-opencl -o "$work/lib_huge"
-contains "$work/err.txt" "smallest tiles, query_tile=1, key_chunk=4 and heads_per_block=1, are too large for this layer" \
+contains "$work/err.txt" "smallest tiles, query_tile=1, step_keys=4 and heads_per_block=1, are too large for this layer" \
     "a layer the GPU schedule cannot fit is refused with the tiles it tried"
 expect 1 "autoscheduler baselines on an ahead-of-time target" "$attngen" tune "$spec" \
     --layer alibi --shapes 1,40 --target arm-64-linux --trials 2 --baselines Li2018

@@ -433,7 +433,7 @@ TEST_CASE("with rows_up_to, a call runs whole rows or chunks by its key length")
         INFO("mask " << mask);
         const FormBranches branches =
             form_branches({{"heads", "2"}, {"head_dim", "32"}, {"mask", mask}},
-                          "key_chunk=64,rows_up_to=300", "(key.extent.1 <= 300)");
+                          "flash_chunk=64,rows_up_to=300", "(key.extent.1 <= 300)");
         // One branch: whole rows (masked scores, no partials) up to 300 keys, chunks beyond.
         CHECK(branches.branches == 1);
         CHECK(branches.then_masked > 0);
@@ -453,13 +453,13 @@ TEST_CASE("x86 layers walk whole rows up to 1024 keys (AVX2) unless a chunk is n
     CHECK(defaults.then_partials == 0);
     CHECK(defaults.else_partials > 0);
     // key_chunk named alone: chunks at every length, no branch.
-    CHECK(count("key_chunk=64").branches == 0);
-    CHECK(count("key_chunk=64,rows_up_to=1024").branches == 1);
+    CHECK(count("flash_chunk=64").branches == 0);
+    CHECK(count("flash_chunk=64,rows_up_to=1024").branches == 1);
     CHECK(count("rows_up_to=0").branches == 0);
 }
 
 TEST_CASE("structured masks are tested only on the blocks of keys they cut") {
-    for (const std::string schedule_params : {"", "key_chunk=0"}) {
+    for (const std::string schedule_params : {"", "flash_chunk=0"}) {
         for (const std::string mask : {"causal", "window(40)", "padding", "causal+padding"}) {
             INFO("mask " << mask << ", schedule parameters '" << schedule_params << "'");
             const MaskedStores stores = masked_stores(mask, schedule_params);
@@ -481,7 +481,7 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
             ChunkThenHeads nest;
             for (const Stmt &body : lower_layer(
                      {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", "32"}, {"mask", mask}},
-                     "key_chunk=64"))
+                     "flash_chunk=64"))
                 body.accept(&nest);
             CHECK(nest.stores_inside > 0);
             const int group = std::stoi(heads) / std::stoi(kv_heads);
@@ -503,22 +503,22 @@ TEST_CASE("compile and tune start from the same CPU defaults, which follow the d
     mha_bf16["dtype"] = "bf16";
     // f32 reads the weights in place on x86; f16 and bf16 pack them (one conversion each), and
     // so does ARM.
-    CHECK(attngen::cpu_schedule_params(spec_of(mha), avx2, "prefill").packed_weights == 0);
-    CHECK(attngen::cpu_schedule_params(spec_of(mha_f16), avx2, "prefill").packed_weights == 1);
-    CHECK(attngen::cpu_schedule_params(spec_of(mha_bf16), avx2, "prefill").packed_weights == 1);
-    CHECK(attngen::cpu_schedule_params(spec_of(mha), arm, "prefill").packed_weights == 1);
+    CHECK_FALSE(attngen::cpu_schedule_params(spec_of(mha), avx2, "prefill").packed_weights);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha_f16), avx2, "prefill").packed_weights);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha_bf16), avx2, "prefill").packed_weights);
+    CHECK(attngen::cpu_schedule_params(spec_of(mha), arm, "prefill").packed_weights);
     // The register blocks are the target's, the chunks the shape class's.
     const attngen::CpuScheduleParams f32 =
         attngen::cpu_schedule_params(spec_of(mha), avx2, "prefill");
-    const attngen::CpuScheduleParams target = attngen::x86_schedule_params(avx2);
+    const attngen::CpuScheduleParams target = attngen::cpu_target_params(avx2);
     CHECK(f32.query_vectors == target.query_vectors);
     CHECK(f32.gemm_row_vectors == target.gemm_row_vectors);
-    CHECK(f32.key_chunk == attngen::cpu_default_key_chunk("prefill"));
-    CHECK(f32.kv_chunk == 0);
+    CHECK(f32.flash_chunk == attngen::cpu_default_flash_chunk("prefill"));
+    CHECK(f32.split_chunk == 0);
     const attngen::CpuScheduleParams decode =
         attngen::cpu_schedule_params(spec_of(mha), avx2, "decode");
-    CHECK(decode.kv_chunk == attngen::cpu_default_kv_chunk("decode"));
-    CHECK(decode.key_chunk == 0);
+    CHECK(decode.split_chunk == attngen::cpu_default_split_chunk("decode"));
+    CHECK(decode.flash_chunk == 0);
 }
 
 TEST_CASE("V is copied aligned in the forms that copy_values names") {
@@ -531,14 +531,16 @@ TEST_CASE("V is copied aligned in the forms that copy_values names") {
     };
     // The defaults: in place for 16-lane f32 code at head_dim <= 64, copied for the flash form
     // only at larger head_dim there, and in both forms otherwise.
+    using attngen::CopyValues;
+    constexpr CopyValues none = CopyValues::none, flash = CopyValues::flash, all = CopyValues::all;
     struct Case {
         std::string head_dim, dtype;
         Halide::Target target;
-        int copy_values;
+        attngen::CopyValues copy_values;
     };
-    for (const Case &c :
-         {Case{"64", "f32", avx512, 0}, Case{"32", "f32", avx512, 0}, Case{"128", "f32", avx512, 1},
-          Case{"64", "f16", avx512, 2}, Case{"64", "f32", avx2, 2}}) {
+    for (const Case &c : {Case{"64", "f32", avx512, none}, Case{"32", "f32", avx512, none},
+                          Case{"128", "f32", avx512, flash}, Case{"64", "f16", avx512, all},
+                          Case{"64", "f32", avx2, all}}) {
         INFO("head_dim " << c.head_dim << ", " << c.dtype << ", " << c.target.to_string());
         CHECK(attngen::cpu_schedule_params(spec_of(layer(c.head_dim, c.dtype)), c.target, "prefill")
                   .copy_values == c.copy_values);
@@ -546,24 +548,23 @@ TEST_CASE("V is copied aligned in the forms that copy_values names") {
 
     // The lowered code stores into each form's copy of V exactly when the parameter asks for
     // it: the flash form's (v_heads) and the whole-row form's (v_heads_rows).
-    auto copies = [&](const std::string &forms, int copy_values) {
+    auto copies = [&](const std::string &forms, const std::string &copy_values) {
         StoresInto any("v_heads"), rows("v_heads_rows");
         for (const Stmt &body :
-             lower_layer(layer("64", "f32"), forms + ",copy_values=" + std::to_string(copy_values),
-                         avx512)) {
+             lower_layer(layer("64", "f32"), forms + ",copy_values=" + copy_values, avx512)) {
             body.accept(&any);
             body.accept(&rows);
         }
         return std::pair<bool, bool>{any.count > rows.count, rows.count > 0};
     };
-    const std::string both_forms = "key_chunk=64,rows_up_to=1024";
-    CHECK(copies(both_forms, 0) == std::pair<bool, bool>{false, false});
-    CHECK(copies(both_forms, 1) == std::pair<bool, bool>{true, false});
-    CHECK(copies(both_forms, 2) == std::pair<bool, bool>{true, true});
-    // The whole-row form alone (key_chunk 0) is in v_heads' place: 1 leaves it in place.
-    CHECK(copies("key_chunk=0", 1) == std::pair<bool, bool>{false, false});
-    CHECK(copies("key_chunk=0", 2) == std::pair<bool, bool>{true, false});
-    CHECK(copies("key_chunk=64", 1) == std::pair<bool, bool>{true, false});
+    const std::string both_forms = "flash_chunk=64,rows_up_to=1024";
+    CHECK(copies(both_forms, "none") == std::pair<bool, bool>{false, false});
+    CHECK(copies(both_forms, "flash") == std::pair<bool, bool>{true, false});
+    CHECK(copies(both_forms, "all") == std::pair<bool, bool>{true, true});
+    // The whole-row form alone (flash_chunk 0) is in v_heads' place: flash leaves it in place.
+    CHECK(copies("flash_chunk=0", "flash") == std::pair<bool, bool>{false, false});
+    CHECK(copies("flash_chunk=0", "all") == std::pair<bool, bool>{true, false});
+    CHECK(copies("flash_chunk=64", "flash") == std::pair<bool, bool>{true, false});
 }
 
 TEST_CASE("with a structured mask, each P·V block visits its own keys") {
@@ -576,7 +577,7 @@ TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     };
     // AVX2: 8 lanes; query tiles of 16 or 24 queries.
     for (const std::string schedule_params :
-         {"query_vectors=2,query_block=4", "query_vectors=3,query_block=6,key_chunk=0"}) {
+         {"query_vectors=2,value_queries=4", "query_vectors=3,value_queries=6,flash_chunk=0"}) {
         for (const std::string mask : {"causal", "window(40)", "padding"}) {
             INFO("mask " << mask << ", schedule parameters '" << schedule_params << "'");
             CHECK(value_loops(mask, schedule_params) > 0);
@@ -585,7 +586,7 @@ TEST_CASE("with a structured mask, each P·V block visits its own keys") {
         CHECK(value_loops("none", schedule_params) == 0);
     }
     // Blocks of 5 do not tile a 16-query tile from its start: the tile's bounds serve.
-    CHECK(value_loops("causal", "query_vectors=2,query_block=5") == 0);
+    CHECK(value_loops("causal", "query_vectors=2,value_queries=5") == 0);
 }
 
 TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
@@ -601,7 +602,7 @@ TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
             LoopsNamed block_loops(".s1.r_values$y");
             for (const Stmt &body : lower_layer(
                      {{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}, {"mask", mask}},
-                     "kv_chunk=64", target)) {
+                     "split_chunk=64", target)) {
                 body.accept(&tiles);
                 body.accept(&block_loops);
             }
@@ -615,7 +616,7 @@ TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
     // A chunk that is not a whole number of blocks keeps the one loop.
     LoopsNamed block_loops(".s1.r_values$y");
     for (const Stmt &body :
-         lower_layer({{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}}, "kv_chunk=60",
+         lower_layer({{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}}, "split_chunk=60",
                      Halide::Target("x86-64-linux-avx-avx2-avx512-"
                                     "avx512_skylake-f16c-fma-sse41-no_runtime")))
         body.accept(&block_loops);
@@ -630,13 +631,13 @@ TEST_CASE("without a structured mask, odd query tiles walk the flash chunks last
         int tile; // AttentionStages::alternate_tile
     };
     for (const Case &c :
-         {Case{"none", "query_vectors=3,key_chunk=64", "prefill", 24},
-          Case{"additive", "query_vectors=2,key_chunk=64", "prefill", 16},
-          Case{"none", "query_vectors=3,key_chunk=64,alternate_chunks=0", "prefill", 0},
-          Case{"causal", "query_vectors=3,key_chunk=64", "prefill", 0},
-          Case{"padding", "query_vectors=3,key_chunk=64", "prefill", 0},
-          Case{"none", "query_vectors=3,key_chunk=0", "prefill", 0},
-          Case{"none", "kv_chunk=32", "decode", 0}}) {
+         {Case{"none", "query_vectors=3,flash_chunk=64", "prefill", 24},
+          Case{"additive", "query_vectors=2,flash_chunk=64", "prefill", 16},
+          Case{"none", "query_vectors=3,flash_chunk=64,alternate_chunks=false", "prefill", 0},
+          Case{"causal", "query_vectors=3,flash_chunk=64", "prefill", 0},
+          Case{"padding", "query_vectors=3,flash_chunk=64", "prefill", 0},
+          Case{"none", "query_vectors=3,flash_chunk=0", "prefill", 0},
+          Case{"none", "split_chunk=32", "decode", 0}}) {
         INFO("mask " << c.mask << ", " << c.shape_class << ", schedule parameters '"
                      << c.schedule_params << "'");
         const attngen::AttentionSpec spec =
@@ -663,9 +664,9 @@ TEST_CASE("causal tiles that powers of two leave short run the queries last to f
     };
     for (const Case &c :
          {Case{"causal", "query_vectors=3", true},
-          Case{"causal+padding", "query_vectors=3,key_chunk=0", true},
+          Case{"causal+padding", "query_vectors=3,flash_chunk=0", true},
           Case{"causal", "query_vectors=2", false}, Case{"padding", "query_vectors=3", false},
-          Case{"causal", "query_vectors=3,kv_chunk=32", false}}) {
+          Case{"causal", "query_vectors=3,split_chunk=32", false}}) {
         INFO("mask " << c.mask << ", schedule parameters '" << c.schedule_params << "'");
         StoresInto reversed("attn_reversed");
         StoresInto row_max("row_max", true), row_sum("row_sum", true);
@@ -719,8 +720,8 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
         {{{"heads", "16"}, {"head_dim", "128"}}, ""},
         {{{"heads", "2"}, {"head_dim", "256"}}, ""},
         {{{"heads", "16"}, {"kv_heads", "4"}, {"head_dim", "64"}},
-         "heads_per_block=2,query_tile=16,key_chunk=16"},
-        {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,key_chunk=64"},
+         "heads_per_block=2,query_tile=16,step_keys=16"},
+        {{{"heads", "4"}, {"head_dim", "32"}}, "query_tile=8,step_keys=64"},
         {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}},
          "heads_per_block=2"},
         {{{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", "causal+window(7)"}}, ""},
@@ -798,8 +799,9 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
         std::map<std::string, std::string> params;
         std::string schedule_params;
     };
-    for (const Case &c : {Case{plain, ""}, Case{plain, "key_chunk=0"}, Case{plain, "kv_chunk=64"},
-                          Case{projected, ""}, Case{projected, "fused_qkv=1"}}) {
+    for (const Case &c :
+         {Case{plain, ""}, Case{plain, "flash_chunk=0"}, Case{plain, "split_chunk=64"},
+          Case{projected, ""}, Case{projected, "fused_qkv=1"}}) {
         INFO((c.params.count("projections") ? "projections" : "per-head inputs")
              << ", schedule parameters '" << c.schedule_params << "'");
         StoresInto table("rope_table"), queries("q_rope"), keys("k_rope");

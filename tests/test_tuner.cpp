@@ -21,7 +21,7 @@ namespace {
 ParamSpace cpu_like_space() {
     return {{{"query_vectors", {1, 2, 3, 4, 5, 6}, 3},
              {"key_block", {1, 2, 3, 4, 5, 6, 8}, 4},
-             {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, 6},
+             {"value_queries", {1, 2, 3, 4, 5, 6, 8, 10, 12}, 6},
              {"d_vectors", {1, 2, 4}, 2}}};
 }
 
@@ -38,7 +38,7 @@ double bowl(const ParamPoint &p, const ParamPoint &best) {
 }
 
 const ParamPoint known_best = {
-    {"query_vectors", 2}, {"key_block", 6}, {"query_block", 8}, {"d_vectors", 1}};
+    {"query_vectors", 2}, {"key_block", 6}, {"value_queries", 8}, {"d_vectors", 1}};
 
 /** A measurement whose median is the cost, in ms. */
 Measurement measured(double cost, int runs) {

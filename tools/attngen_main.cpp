@@ -1,4 +1,5 @@
-// The attngen command-line tool: check, compile, targets, run (and header, for the build).
+// The attngen command-line tool: check, compile, targets, run, tune, params (and header, for
+// the build).
 #include "cli.h"
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ void print_usage(std::FILE *stream) {
                "  tune FILE --shapes S;... --trials N | --budget 10m\n"
                "                                   search schedule parameters by measurement;\n"
                "                                   tune export / tune merge handle the logs\n"
+               "  params [--markdown]              the schedule parameters: values, defaults\n"
                "  header ...                       the typed header of one generated layer\n"
                "  --version                        attngen's and Halide's versions\n"
                "\n"
@@ -55,6 +57,8 @@ int main(int argc, char **argv) {
             return command_run(argc, argv);
         if (command == "tune")
             return command_tune(argc, argv);
+        if (command == "params")
+            return command_params(argc, argv);
         if (command == "header")
             return command_header(argc, argv);
     } catch (const std::exception &e) {

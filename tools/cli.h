@@ -61,6 +61,7 @@ int command_targets(int argc, char **argv);
 int command_run(int argc, char **argv);
 int command_header(int argc, char **argv);
 int command_tune(int argc, char **argv);
+int command_params(int argc, char **argv);
 
 /**
  * Makes a JIT pipeline take its scratch from the runtime's caching pool, as generated libraries

@@ -8,6 +8,7 @@
 #include "dsl/layer_interface.h"
 #include "generators/layer_header.h"
 #include "schedules/schedule.h"
+#include "schedules/schedule_params.h"
 #include "schedules/tuned_params.h"
 
 #include "Halide.h"
@@ -56,25 +57,18 @@ void print_usage(std::FILE *stream) {
                "  --layers     the layers to generate (default: all)\n"
                "  --name LIB   library name (default: FILE's name without .attn)\n"
                "  --schedule   auto (default), x86, arm, cuda or reference\n"
-               "  --schedule-params query_vectors=N,key_block=N,query_block=N,d_vectors=N\n"
-               "               ,key_chunk=N,rows_up_to=N,kv_chunk=N,gemm_row_vectors=N\n"
-               "               ,gemm_outputs=N,gemm_task_tiles=N,packed_weights=0|1\n"
-               "               ,gemm_rows=N,gemm_task_rows=N,fused_qkv=0|1,copy_values=0|1|2\n"
-               "               ,alternate_chunks=0|1:\n"
-               "               the CPU schedule's register blocks, its flash chunk (prefill; 0:\n"
-               "               whole rows) and the Lk up to which it walks whole rows instead,\n"
-               "               split-KV chunk (decode), projection GEMM tiles (weights in place,\n"
-               "               or packed), self-attention's Q/K/V as one packed GEMM, and where\n"
-               "               V is copied aligned once per call (without projections; 0: in no\n"
-               "               form, 1: in the flash form, 2: in both), and whether odd query\n"
-               "               tiles walk the flash chunks last to first (no causal, window or\n"
-               "               padding mask)\n"
+               "  --schedule-params NAME=VALUE,...\n"
+               "               the schedule's parameters (`attngen params` explains them);\n"
+               "               CPU targets:\n{}\n"
+               "               GPU targets:\n{}\n"
                "               (default: a tuned record, else the target's defaults)\n"
                "  --tuned DIR  tuned tables from `attngen tune export` (default: the ones attngen\n"
                "               ships, {}); none: the defaults only\n"
                "  --shape-class prefill|decode\n"
                "               the calls to tune for: prefill (default) or decode (Lq <= 16,\n"
                "               the CPU schedule's split-KV form)\n",
+               schedule_params_usage(ScheduleFamily::cpu, 17),
+               schedule_params_usage(ScheduleFamily::gpu, 17),
                default_tuned_dir().empty() ? "none found" : default_tuned_dir());
 }
 

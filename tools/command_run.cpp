@@ -31,7 +31,7 @@ void print_usage(std::FILE *stream) {
         stream,
         "usage: attngen run FILE --shape B,Lq[,Lk] [--layer NAME] [--scalar NAME=V ...]\n"
         "                   [--threads N] [--runs N] [--seed S] [--schedule S] [--no-check]\n"
-        "                   [--schedule-params query_vectors=N,key_block=N,...]\n"
+        "                   [--schedule-params NAME=VALUE,...]   (`attngen params` lists them)\n"
         "\n"
         "Generates the layer for this machine, runs it on random input, prints its error\n"
         "against the double-precision reference and the median time of --runs runs.\n"

@@ -11,6 +11,7 @@
 
 #include "generators/layer_source.h"
 #include "schedules/schedule.h"
+#include "schedules/schedule_params.h"
 #include "schedules/tuned_params.h"
 
 #include "Halide.h"
@@ -25,6 +26,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -71,12 +73,11 @@ void print_usage(std::FILE *stream) {
         "with --aot, are generated ahead of time, linked with a small harness by --cc, and run\n"
         "by --runner with the --work dir's paths (defaults for arm-64-linux on x86:\n"
         "aarch64-linux-gnu-gcc and 'qemu-aarch64 -L /usr/aarch64-linux-gnu'; for a device, a\n"
-        "script that copies the work dir over and runs its arguments there). GPU targets\n"
-        "(cuda, opencl) search query_tile, key_chunk, d_per_lane, stage_queries, stage_kv and\n"
-        "heads_per_block, and the split-KV kv_chunk when every shape is a decode shape; CPU\n"
-        "targets the register blocks, the flash key_chunk and\n"
-        "rows_up_to (whole rows up to that Lk), or, when every shape is a decode shape, the\n"
-        "split-KV kv_chunk alone.\n");
+        "script that copies the work dir over and runs its arguments there).\n"
+        "\n"
+        "The space is the target family's schedule parameters that `attngen params` lists\n"
+        "with a \"tune:\" line, for this layer and these shapes (decode shapes alone search\n"
+        "the split-KV split_chunk); --space NAME=V1/V2;... narrows it.\n");
 }
 
 /** "90", "90s", "10m", "1h" in seconds; negative if malformed. */
@@ -95,40 +96,60 @@ double parse_duration(const std::string &text) {
     return value * scale;
 }
 
-/**
- * The CPU schedule's parameters around `defaults` (cpu_schedule_params for the shapes' class,
- * what compile resolves): the register blocks, flash chunk of the query-tile form (key_chunk 0:
- * whole rows) and the length up to which it walks whole rows instead (rows_up_to), without
- * projections where V is copied (copy_values) and, with projections, the tiles of their GEMMs;
- * without a causal, window or padding mask, the flash chunks' order (alternate_chunks); or,
- * when every shape is a decode shape, the KV chunk of the split-KV form (which uses nothing
- * else).
- */
-ParamSpace cpu_space(const CpuScheduleParams &defaults, bool decode, bool projections,
-                     bool chunk_order) {
-    if (decode)
-        return {{{"kv_chunk", {128, 256, 512, 1024, 2048}, defaults.kv_chunk}}};
-    ParamSpace space{{{"query_vectors", {1, 2, 3, 4, 5, 6}, defaults.query_vectors},
-                      {"key_block", {1, 2, 3, 4, 5, 6, 8}, defaults.key_block},
-                      {"query_block", {1, 2, 3, 4, 5, 6, 8, 10, 12}, defaults.query_block},
-                      {"d_vectors", {1, 2, 4}, defaults.d_vectors},
-                      {"key_chunk", {0, 64, 128, 256, 512, 1024}, defaults.key_chunk},
-                      {"rows_up_to", {0, 512, 1024, 2048, 4096}, defaults.rows_up_to}}};
-    if (projections) {
-        space.axes.push_back({"packed_weights", {0, 1}, defaults.packed_weights});
-        space.axes.push_back({"gemm_row_vectors", {1, 2, 3, 4}, defaults.gemm_row_vectors});
-        space.axes.push_back({"gemm_outputs", {2, 4, 8, 16}, defaults.gemm_outputs});
-        space.axes.push_back({"gemm_task_tiles", {1, 2, 4, 8}, defaults.gemm_task_tiles});
-        space.axes.push_back({"gemm_rows", {2, 3, 4, 5, 6, 8, 12}, defaults.gemm_rows});
-        space.axes.push_back(
-            {"gemm_task_rows", {24, 36, 48, 72, 96, 144}, defaults.gemm_task_rows});
-        space.axes.push_back({"fused_qkv", {0, 1}, defaults.fused_qkv});
-    } else {
-        space.axes.push_back({"copy_values", {0, 1, 2}, defaults.copy_values});
+/** The tuner's values of `param` for `spec`, with `default_value` among them, ascending. */
+std::vector<int> search_values(const ScheduleParam &param, const AttentionSpec &spec,
+                               int default_value) {
+    std::vector<int> values = param.search;
+    if (param.search_values == SearchValues::head_dim_lanes) {
+        // 2 to 32 lanes per row of the online form's state.
+        const int head_dim = spec.resolved_head_dim();
+        for (int lanes = 2; lanes <= 32; lanes *= 2)
+            if (head_dim % lanes == 0)
+                values.push_back(head_dim / lanes);
+    } else if (param.search_values == SearchValues::group_divisors) {
+        for (int divisor = 1; divisor <= spec.group_size(); divisor++)
+            if (spec.group_size() % divisor == 0)
+                values.push_back(divisor);
     }
-    if (chunk_order)
-        space.axes.push_back({"alternate_chunks", {0, 1}, defaults.alternate_chunks});
+    if (std::find(values.begin(), values.end(), default_value) == values.end())
+        values.push_back(default_value);
+    std::sort(values.begin(), values.end());
+    return values;
+}
+
+/**
+ * The search space of the target family's schedule parameters around `defaults` (what compile
+ * resolves for the shapes' class): the parameters schedule_param_table() says the tuner searches
+ * for this layer and these shapes, with the values it lists (an axis of one value is left out).
+ */
+template <typename Params>
+ParamSpace search_space(ScheduleFamily family, const Params &defaults, const AttentionSpec &spec,
+                        bool decode) {
+    ParamSpace space;
+    for (const ScheduleParam &param : schedule_param_table()) {
+        if (param.family != family ||
+            !searched(param, decode, spec.projections.any(), spec.mask.bounds_keys()))
+            continue;
+        const int default_value = param_value(param, defaults);
+        std::vector<int> values = search_values(param, spec, default_value);
+        if (values.size() > 1)
+            space.axes.push_back({param.name, values, default_value});
+    }
     return space;
+}
+
+/** "name=a/b;..." with each old parameter name replaced by its current one. */
+std::string current_param_names(ScheduleFamily family, const std::string &space) {
+    std::stringstream stream(space);
+    std::string item, text;
+    while (std::getline(stream, item, ';')) {
+        const size_t equals = item.find('=');
+        const ScheduleParam *param = find_schedule_param(family, item.substr(0, equals));
+        if (param != nullptr && equals != std::string::npos)
+            item = param->name + item.substr(equals);
+        text += (text.empty() ? "" : ";") + item;
+    }
+    return text;
 }
 
 std::string format_duration(double seconds) {
@@ -499,37 +520,18 @@ int command_tune(int argc, char **argv) {
     const bool decode = std::all_of(shapes.begin(), shapes.end(), [](const ProblemShape &s) {
         return shape_class(s.queries) == "decode";
     });
-    if (target.has_gpu_feature()) {
-        const GpuScheduleParams gpu = gpu_schedule_params(spec, decode ? "decode" : "prefill");
-        space = {{{"query_tile", {8, 16, 32, 64}, gpu.query_tile},
-                  {"key_chunk", {8, 16, 32, 64}, gpu.key_chunk},
-                  {"stage_queries", {0, 1}, gpu.stage_queries},
-                  {"stage_kv", {0, 1}, gpu.stage_kv}}};
-        // Head_dim elements per lane of the online form's state: 2 to 32 lanes per row.
-        std::vector<int> widths;
-        const int head_dim = spec.resolved_head_dim();
-        for (int lanes = 2; lanes <= 32; lanes *= 2)
-            if (head_dim % lanes == 0)
-                widths.push_back(head_dim / lanes);
-        if (std::find(widths.begin(), widths.end(), gpu.d_per_lane) == widths.end())
-            widths.push_back(gpu.d_per_lane);
-        std::sort(widths.begin(), widths.end());
-        space.axes.push_back({"d_per_lane", widths, gpu.d_per_lane});
-        // Heads per block: the divisors of the group, for groups that have more than one.
-        std::vector<int> heads;
-        for (int divisor = 1; divisor <= spec.group_size(); divisor++)
-            if (spec.group_size() % divisor == 0)
-                heads.push_back(divisor);
-        if (heads.size() > 1)
-            space.axes.push_back({"heads_per_block", heads, gpu.heads_per_block});
-        if (decode)
-            space.axes.push_back(
-                {"kv_chunk", {64, 128, 256, 512, 1024}, gpu_default_kv_chunk("decode")});
-    } else {
-        space = cpu_space(cpu_schedule_params(spec, target, decode ? "decode" : "prefill"), decode,
-                          spec.projections.any(), !spec.mask.bounds_keys());
-    }
-    if (std::string problem = restrict_space(space, args.value("space")); !problem.empty())
+    const std::string shapes_class = decode ? "decode" : "prefill";
+    if (target.has_gpu_feature())
+        space = search_space(ScheduleFamily::gpu, gpu_schedule_params(spec, shapes_class), spec,
+                             decode);
+    else
+        space = search_space(ScheduleFamily::cpu, cpu_schedule_params(spec, target, shapes_class),
+                             spec, decode);
+    const ScheduleFamily family =
+        target.has_gpu_feature() ? ScheduleFamily::gpu : ScheduleFamily::cpu;
+    if (std::string problem =
+            restrict_space(space, current_param_names(family, args.value("space")));
+        !problem.empty())
         return usage_error(problem);
 
     std::map<std::string, double> scalar_values;

@@ -1,6 +1,8 @@
 // Reading, writing and summarizing tuning logs (JSON lines).
 #include "tuning_log.h"
 
+#include "schedules/schedule_params.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -112,9 +114,16 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         r.shape_class = j.value("shape_class", "");
         r.threads = j.contains("threads") ? bounded_int(j["threads"], "threads", 0, 1024) : 0;
         r.scheduler = j.at("scheduler").get<std::string>();
-        for (const auto &item : j.at("params").items())
-            r.params[item.key()] =
+        // Old parameter names (a log written before a rename) are read as the current ones.
+        const ScheduleFamily family =
+            r.target_class == "opencl" || r.target_class.rfind("cuda", 0) == 0
+                ? ScheduleFamily::gpu
+                : ScheduleFamily::cpu;
+        for (const auto &item : j.at("params").items()) {
+            const ScheduleParam *param = find_schedule_param(family, item.key());
+            r.params[param != nullptr ? param->name : item.key()] =
                 bounded_int(item.value(), ("params." + item.key()).c_str(), 0, 65536);
+        }
         r.phase = j.value("phase", "search");
         r.defaults = j.value("defaults", false);
         r.status = j.at("status").get<std::string>();
