@@ -267,13 +267,13 @@ using Exponential = std::function<Expr(const Expr &)>;
 /**
  * The exact combine of chunk results that `t.partials` (d, j, q, h, b) holds as Tuple(out, max,
  * sum), each relative to its own max: row_max, part_scale, row_sum and weighted_sum over the
- * chunks of kv_chunk keys that hold visible keys.
+ * chunks of chunk_keys keys that hold visible keys.
  */
 void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRange &range,
                     const Exponential &exponential) {
     Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
-    const int chunk = t.kv_chunk;
-    const int tile = t.alternate_tile;
+    const int chunk = t.options.chunk_keys;
+    const int tile = t.options.alternate_chunks ? t.options.query_tile : 0;
     // Chunks wholly outside the visible range are not visited.
     Expr chunks = (in.key_len + (chunk - 1)) / chunk;
     t.r_chunks = RDom(0, chunks, "r_chunks");
@@ -297,24 +297,23 @@ void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRang
 }
 
 /**
- * The online (one-pass) form: the keys in steps of online_chunk, each step's max (part_max) and
+ * The online (one-pass) form: the keys in steps of step_keys, each step's max (part_max) and
  * probabilities relative to it (probs) computed once, and folded into `running` (see
- * AttentionStages::running). `tile_range` is the keys a whole tile of query_block rows sees,
+ * AttentionStages::running). `tile_range` is the keys a whole tile of query_tile rows sees,
  * which bounds the steps. Returns the normalized attention where the fold walks every key
- * (split 0); with the split-KV form (split = kv_chunk keys, a multiple of online_chunk) the fold
- * walks the steps of one chunk, `partials` holds its results for the caller to combine, and the
- * result is undefined.
+ * (chunk_keys 0); with split-KV chunks (chunk_keys, a multiple of step_keys) the fold walks the
+ * steps of one chunk, `partials` holds its results for the caller to combine, and the result is
+ * undefined.
  */
-Expr define_online(AttentionStages &t, const AttentionInputs &in, const AlgorithmOptions &options,
-                   int split, const KeyRange &tile_range, const Probability &probability,
-                   const Exponential &exponential) {
-    const int step = options.online_chunk;
-    const int width = options.online_width;
-    const int tile = std::max(options.query_block, 1);
+Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
+                   const Probability &probability, const Exponential &exponential) {
+    const AlgorithmOptions &options = t.options;
+    const int step = options.step_keys;
+    const int width = options.d_per_lane;
+    const int split = options.chunk_keys;
+    const int tile = std::max(options.query_tile, 1);
     Var d = t.d, j = t.j, q = t.q, k = t.k, h = t.h, b = t.b, dg = t.d_group, q_tile = t.q_tile;
     Expr kv_head = h / t.spec.group_size();
-    t.online_width = width;
-    t.kv_chunk = split;
 
     // Each step's max and the probabilities relative to it, over all of its keys: `masked`
     // masks those past Lk (and every key a mask hides).
@@ -395,11 +394,12 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const Algorith
 
 /**
  * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
- * are defined, walking the keys in chunks of `chunk_keys` (0: whole rows), and returns the
- * normalized attention, attn_out's value.
+ * are defined, in the form `options` names (effective_options), and returns the normalized
+ * attention, attn_out's value.
  */
-Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const AlgorithmOptions &options,
-                    int chunk_keys) {
+Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
+                    const AlgorithmOptions &options) {
+    t.options = options;
     const AttentionSpec &spec = t.spec;
     const int group = spec.group_size();
     Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
@@ -439,16 +439,16 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
     Expr structured = structured_visible(spec, in, k, position, b);
     // The online form's steps cover whole steps of keys, the last past Lk: those keys are
     // masked here, so that a step's max and probabilities need no bounds of their own.
-    if (options.online_chunk > 0)
+    if (options.form == AttentionForm::online)
         structured = structured && k < in.key_len;
     if (!Halide::Internal::is_const_one(structured))
         keep = Halide::select(structured, Halide::likely(keep), 0);
     t.masked(k, q, h, b) = hide_score(score, keep);
 
     // The structured masks bound each query's keys: the reductions below visit only
-    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_block), so the keys a
+    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_tile), so the keys a
     // causal, window or padding mask hides from a whole tile are skipped rather than computed
-    // and zeroed; P·V may take finer blocks (value_block), so that the register blocks of a
+    // and zeroed; P·V may take finer blocks (value_queries), so that the register blocks of a
     // causal tile stop at their own diagonal. The elementwise mask above still decides every key
     // inside the range.
     const bool bounded = spec.mask.bounds_keys() || spec.cache.any();
@@ -478,16 +478,16 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
             end = Halide::min(end, limit);
         return {begin, end};
     };
-    const auto [key_begin, key_end] = key_range(options.query_block, q);
+    const auto [key_begin, key_end] = key_range(options.query_tile, q);
     const bool own_values =
-        bounded && options.value_block > 0 && options.value_block < options.query_block;
+        bounded && options.value_queries > 0 && options.value_queries < options.query_tile;
     // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
     // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
     auto value_keys = [&](const Expr &extent, const Expr &first) {
         if (!own_values)
             return t.r_keys;
         RDom r(0, extent, "r_values");
-        const auto [begin, end] = key_range(options.value_block, q);
+        const auto [begin, end] = key_range(options.value_queries, q);
         r.where(first + r.x >= begin && first + r.x < end);
         return r;
     };
@@ -507,16 +507,16 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         Expr score = t.masked(key, q, h, b);
         return Halide::select(has_lowest_bits(score), 0.0f, exponential(score - max));
     };
-    if (options.online_chunk > 0) {
-        // The fold's steps are bounded by the key range of a whole tile of query_block rows,
+    if (options.form == AttentionForm::online) {
+        // The fold's steps are bounded by the key range of a whole tile of query_tile rows,
         // so that a loop over them inside the tile skips the steps the mask hides from it.
-        const int tile = std::max(options.query_block, 1);
-        Expr attention = define_online(t, in, options, chunk_keys, key_range(tile, t.q_tile * tile),
-                                       probability, exponential);
-        if (chunk_keys <= 0)
+        const int tile = std::max(options.query_tile, 1);
+        Expr attention =
+            define_online(t, in, key_range(tile, t.q_tile * tile), probability, exponential);
+        if (options.chunk_keys <= 0)
             return attention;
         define_combine(t, in, {key_begin, key_end}, exponential);
-    } else if (chunk_keys <= 0) {
+    } else if (options.form == AttentionForm::whole_rows) {
         t.r_keys = RDom(0, in.key_len, "r_keys");
         if (bounded)
             t.r_keys.where(t.r_keys.x >= key_begin && t.r_keys.x < key_end);
@@ -531,9 +531,8 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.weighted_sum(d, q, h, b) +=
             t.probs(t.r_values, q, h, b) * t.v_heads(d, t.r_values, kv_head, b);
     } else {
-        // Split-KV: partial statistics and output per chunk of keys, then an exact combine.
-        const int chunk = chunk_keys;
-        t.kv_chunk = chunk;
+        // Chunks: partial statistics and output per chunk of keys, then an exact combine.
+        const int chunk = options.chunk_keys;
         Var j = t.j;
         t.r_keys = RDom(0, chunk, "r_keys");
         Expr key = j * chunk + t.r_keys.x;
@@ -544,13 +543,13 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
         t.part_sum(j, q, h, b) = 0.0f;
         t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
         Expr value_key;
-        if (options.kv_value_block > 0 && chunk % options.kv_value_block == 0) {
+        if (options.kv_value_block > 0) {
             const int block = options.kv_value_block;
             t.r_values = RDom({{0, block}, {0, chunk / block}}, "r_values");
             Expr block_first = j * chunk + t.r_values.y * block;
             value_key = block_first + t.r_values.x;
             const auto [begin, end] =
-                key_range(own_values ? options.value_block : options.query_block, q);
+                key_range(own_values ? options.value_queries : options.query_tile, q);
             // A condition on the block alone, so that the sum over blocks (after an rfactor
             // of the keys within one) visits only blocks with visible keys.
             t.r_values.where(block_first < end && block_first + block > begin &&
@@ -567,8 +566,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in, const Algorit
 
         // The combine reads the chunk results only through `partials`, so a schedule may
         // compute a chunk's statistics inside its loop over chunks.
-        const int tile = bounded ? 0 : options.alternate_chunks;
-        t.alternate_tile = tile;
+        const int tile = options.alternate_chunks ? options.query_tile : 0;
         // partials (d, j, q, h, b) holds chunk j of query q; with alternating tiles,
         // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
         std::vector<Var> args = {d, j, q, h, b};
@@ -652,8 +650,34 @@ double score_units(const AttentionSpec &spec, const AlgorithmOptions &options) {
     return options.polynomial_exp && !spec.score_mod ? log2_e : 1.0;
 }
 
+AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested) {
+    AlgorithmOptions options = requested;
+    if ((options.form == AttentionForm::chunks && options.chunk_keys <= 0) ||
+        (options.form == AttentionForm::online && options.step_keys <= 0))
+        options.form = AttentionForm::whole_rows;
+    if (options.form == AttentionForm::whole_rows)
+        options.chunk_keys = 0;
+    if (options.form != AttentionForm::online) {
+        options.step_keys = 0;
+        options.d_per_lane = 1;
+    }
+    const bool bounded = spec.mask.bounds_keys() || spec.cache.any();
+    if (options.form != AttentionForm::chunks) {
+        options.kv_value_block = 0;
+        options.rows_up_to = 0;
+    }
+    if (options.form != AttentionForm::chunks || bounded)
+        options.alternate_chunks = false;
+    if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
+        options.kv_value_block = 0;
+    if (!spec.projections.any() || spec.cross_attention || spec.resolved_kv_heads() != spec.heads)
+        options.fused_qkv = false;
+    return options;
+}
+
 AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
-                                const AlgorithmOptions &options) {
+                                const AlgorithmOptions &requested) {
+    const AlgorithmOptions options = effective_options(spec, requested);
     AttentionStages s;
     s.spec = spec;
     s.output = output;
@@ -744,7 +768,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
             stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
             stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
         };
-        if (options.fused_qkv && !spec.cross_attention && spec.resolved_kv_heads() == heads) {
+        if (options.fused_qkv) {
             // Slice p of qkv_proj is Q, K or V; the weights are selected by p, which a schedule
             // packing them makes a constant.
             Var p{"p"};
@@ -797,12 +821,13 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         }
         // The whole-row and split-KV forms read values only at visible keys: no clamp needed.
         // The online form's last step runs past Lk, with probability 0: clamped there.
-        s.v_heads(d, k, h, b) = f32(
-            in.value(d, options.online_chunk > 0 ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
+        s.v_heads(d, k, h, b) = f32(in.value(
+            d, options.form == AttentionForm::online ? Halide::clamp(k, 0, last_key) : Expr(k), h,
+            b));
     }
 
-    Expr attention = define_softmax(s, in, options, options.kv_chunk);
-    if (options.kv_chunk > 0 && options.rows_up_to > 0 && options.online_chunk <= 0) {
+    Expr attention = define_softmax(s, in, options);
+    if (options.rows_up_to > 0) {
         // The flash form for long rows and the whole-row form for calls with Lk <= rows_up_to:
         // a schedule specializes on the condition, and each call runs one of them.
         auto rows = std::make_shared<AttentionStages>();
@@ -818,7 +843,11 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         }
         rows->r_head_dim = s.r_head_dim;
         s.use_rows = in.key_len <= options.rows_up_to;
-        attention = Halide::select(s.use_rows, define_softmax(*rows, in, options, 0), attention);
+        AlgorithmOptions rows_options = options;
+        rows_options.form = AttentionForm::whole_rows;
+        attention = Halide::select(s.use_rows,
+                                   define_softmax(*rows, in, effective_options(spec, rows_options)),
+                                   attention);
         s.rows = rows;
     }
     if (options.reverse_queries) {

@@ -53,6 +53,101 @@ struct AttentionInputs {
 };
 
 /**
+ * How a row's softmax and P·V are reduced: the forms the algorithm can be written in. Every form
+ * computes the same values (DESIGN.md's math); each exists for a schedule.
+ */
+enum class AttentionForm {
+    /** The plain math: a query's whole row of scores, its max and sum, then P·V. */
+    whole_rows,
+    /**
+     * Chunks of chunk_keys keys, each with its own max, sum and partial output, combined
+     * exactly: scores stay in cache (the CPU's flash form, a query tile walking the chunks) and
+     * chunks are independent work (the CPU's split-KV decode form, a task per chunk).
+     */
+    chunks,
+    /**
+     * One pass over steps of step_keys keys with a running max and sum (per chunk of chunk_keys
+     * with chunk_keys > 0): K and V read once with the state in registers (the GPU's form).
+     */
+    online,
+};
+
+/** How the algorithm is written for a schedule; the values it computes do not depend on it. */
+struct AlgorithmOptions {
+    AttentionForm form = AttentionForm::whole_rows;
+    /**
+     * Aligned blocks of this many queries take their key ranges together: with a causal, window
+     * or padding mask the softmax and P·V reductions of a query visit the union of its block's
+     * ranges, so a schedule whose query tiles are these blocks gets loop bounds uniform over a
+     * tile. Keys in the union outside a query's own range are masked as every other key is.
+     * 1 gives each query its own range.
+     */
+    int query_tile = 1;
+    /**
+     * Aligned blocks of this many queries (a divisor of query_tile) take their key ranges
+     * together in P·V alone, whose register blocks are smaller than the softmax's tiles: a
+     * causal tile's P·V blocks then stop at their own diagonal rather than the tile's.
+     * 0: query_tile.
+     */
+    int value_queries = 0;
+    /**
+     * The stages from q_heads to weighted_sum index the queries last to first (row r is query
+     * Lq - 1 - r; AttentionStages::attn_reversed), so the aligned blocks of query_tile rows
+     * end at the last query. Under a causal mask the cost of a query grows with its position: a
+     * schedule's query tiles then run longest first, and the short tile left over where the
+     * tile does not divide Lq holds the first queries, whose rows are shortest, not the last.
+     */
+    bool reverse_queries = false;
+    /** Keys per chunk of the chunks form, and of the online form's split-KV chunks (or 0). */
+    int chunk_keys = 0;
+    /**
+     * The chunks form: the chunk's P·V walks its keys in blocks of this many (a divisor of
+     * chunk_keys), r_values (y, x) = (block, key in block), so that a schedule can sum each
+     * block in registers (rfactor over the blocks) and visit only the blocks with visible keys.
+     * 0: one loop over the chunk's keys.
+     */
+    int kv_value_block = 0;
+    /**
+     * The chunks form without a causal, window or padding mask: tiles of query_tile queries,
+     * aligned at query 0, walk the chunks first to last in even tiles and last to first in odd
+     * ones (AttentionStages::partials). A tile then starts on the chunks the tile before it read
+     * last, which are still in cache.
+     */
+    bool alternate_chunks = false;
+    /** The online form: keys per step. */
+    int step_keys = 0;
+    /** The online form: head_dim elements per state (a divisor of head_dim). */
+    int d_per_lane = 1;
+    /**
+     * The chunks form: calls with Lk <= rows_up_to reduce each row whole instead
+     * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.
+     */
+    int rows_up_to = 0;
+    /**
+     * The softmax's exponentials as polynomials rather than Halide::exp: about half the
+     * vector instructions on CPUs, where they are a tenth of a D=64 layer's time. The scores
+     * are then in base 2 (score_units) and the exponentials softmax_exp2, or softmax_exp where
+     * a score_mod must see natural scores.
+     */
+    bool polynomial_exp = false;
+    /**
+     * Self-attention with projections and as many kv heads as heads: Q, K and V as slices of
+     * one projection (AttentionStages::qkv_proj), so that a schedule can read each row of x once
+     * for all three.
+     */
+    bool fused_qkv = false;
+};
+
+/**
+ * The options build_attention writes a spec in: `requested` with what does not apply to the
+ * spec or form turned off (alternate_chunks under a mask that bounds the keys, fused_qkv
+ * outside self-attention with as many kv heads as heads, a kv_value_block that does not divide
+ * the chunks, rows_up_to and chunk settings outside the chunks form). Schedules read these,
+ * kept with the stages, to know the form they schedule.
+ */
+AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested);
+
+/**
  * The pipeline's stages by the names DESIGN.md fixes; schedules and the tuner address them.
  * Stages a spec does not use are left undefined. Dimension order (innermost first):
  *   q_heads, q_proj (d, q, h, b); k_heads, v_heads, k_proj, v_proj (d, k, hkv, b);
@@ -63,7 +158,7 @@ struct AttentionInputs {
  * `probs` holds the unnormalized exp(masked - row_max); the 1/row_sum is folded into attn_out,
  * which is exact and saves a multiply per score.
  *
- * Split-KV form (AlgorithmOptions::kv_chunk > 0): the keys are walked in chunks j of kv_chunk
+ * The chunks form (AttentionForm::chunks): the keys are walked in chunks j of chunk_keys
  * keys. Each chunk has its own part_max, part_sum (j, q, h, b) and part_out (d, j, q, h, b),
  * and `probs` is exp(masked - part_max) of the key's chunk. The combine is exact:
  * row_max = max_j part_max, part_scale = exp(part_max - row_max), row_sum = sum_j part_scale *
@@ -111,24 +206,24 @@ struct AttentionStages {
      * attn_out reads back in query order. Undefined otherwise.
      */
     Halide::Func attn_reversed{"attn_reversed"};
-    /** The split-KV partials and the chunks' weights in the combine (kv_chunk > 0 only). */
+    /** The chunks' partials and their weights in the combine (the chunks form only). */
     Halide::Func part_max{"part_max"}, part_sum{"part_sum"}, part_out{"part_out"};
     Halide::Func part_scale{"part_scale"};
     /**
      * (d, j, q, h, b): Tuple(part_out, part_max, part_sum), the chunk's results as the combine
      * reads them. The statistics are repeated along d; the combine reads them at d = 0.
-     * With alternate_tile > 0: (d, j, q, q_tile, h, b), step j of row q of tile q_tile (query
-     * q_tile * alternate_tile + q), whose chunk is j in even tiles and the j-th from the last in
-     * odd ones (AlgorithmOptions::alternate_chunks).
+     * With options.alternate_chunks: (d, j, q, q_tile, h, b), step j of row q of tile q_tile
+     * (query q_tile * options.query_tile + q), whose chunk is j in even tiles and the j-th from
+     * the last in odd ones.
      */
     Halide::Func partials{"partials"};
     /**
-     * The online (one-pass) form (AlgorithmOptions::online_chunk > 0): the keys are walked in
-     * steps of online_chunk, each step's max computed once (part_max, (j, q, h, b) for step j)
-     * and its probabilities relative to it (probs), and every step is folded into `running`,
-     * (d_group, q, q_tile, h, b) for query q_tile * query_block + q, or (d_group, j, q, q_tile,
-     * h, b) for chunk j of the split-KV form: a Tuple of online_width output elements (head_dim
-     * elements d_group * online_width + i), the running max m, the running sum l, and the
+     * The online (one-pass) form (AttentionForm::online): the keys are walked in steps of
+     * step_keys, each step's max computed once (part_max, (j, q, h, b) for step j) and its
+     * probabilities relative to it (probs), and every step is folded into `running`,
+     * (d_group, q, q_tile, h, b) for query q_tile * query_tile + q, or (d_group, j, q, q_tile,
+     * h, b) for chunk j of the split-KV chunks: a Tuple of d_per_lane output elements (head_dim
+     * elements d_group * d_per_lane + i), the running max m, the running sum l, and the
      * step's weight exp(part_max - m), the output elements and l relative to m. Its update, over
      * r_online (key in step, a unit dimension, step), moves the state to max(m, part_max) on a
      * step's first key, rescaling by exp(m - m_new), and adds each key's weighted probability times
@@ -139,8 +234,6 @@ struct AttentionStages {
      */
     Halide::Func running{"running"};
     Halide::Var d_group{"d_group"};
-    /** Head_dim elements per state of the online form; 0 when the form is not used. */
-    int online_width = 0;
     /**
      * The online fold's reduction domain: (key in step, a unit dimension, step). Its test of
      * the steps a tile sees depends on the step alone; a schedule that computes each step's
@@ -150,25 +243,23 @@ struct AttentionStages {
     Halide::RDom r_online;
     /** The chunk (or step) index of the split-KV partials, and their tile index. */
     Halide::Var j{"j"}, q_tile{"q_tile"};
-    /** Queries per tile of partials' q_tile dimension; 0 when partials has none. */
-    int alternate_tile = 0;
 
     /**
      * Reduction domains: over head_dim, keys, model_dim (projections), and H*D (out). In the
-     * split-KV form r_keys runs over the keys of one chunk (key j * kv_chunk + r_keys.x) and
+     * chunks form r_keys runs over the keys of one chunk (key j * chunk_keys + r_keys.x) and
      * r_chunks over the chunks.
      */
     Halide::RDom r_head_dim, r_keys, r_model, r_concat, r_chunks;
     /**
      * The keys of P·V's reduction (weighted_sum or part_out): r_keys, or, with a structured
-     * mask and AlgorithmOptions::value_block, the same keys bounded per block of value_block
-     * queries rather than query_block.
+     * mask and AlgorithmOptions::value_queries, the same keys bounded per block of
+     * value_queries queries rather than query_tile.
      */
     Halide::RDom r_values;
-    /** Keys per chunk of the split-KV form; 0 when the keys are reduced in one pass. */
-    int kv_chunk = 0;
+    /** The form these stages were written in (effective_options), which schedules read. */
+    AlgorithmOptions options;
     /**
-     * With AlgorithmOptions::rows_up_to, the whole-row form beside this (flash) form: its own
+     * With AlgorithmOptions::rows_up_to, the whole-row form beside this (chunks) form: its own
      * stages from scores to weighted_sum, sharing q_heads, k_heads and (with projections)
      * v_heads; without projections its v_heads is its own Func of the same input. attn_out
      * takes its value where `use_rows` (Lk <= rows_up_to) holds, for a schedule to specialize
@@ -183,76 +274,6 @@ struct AttentionStages {
     Halide::Func output;
 
     AttentionSpec spec;
-};
-
-/** How the algorithm is written for a schedule; the values it computes do not depend on it. */
-struct AlgorithmOptions {
-    /**
-     * Aligned blocks of this many queries take their key ranges together: with a causal, window
-     * or padding mask the softmax and P·V reductions of a query visit the union of its block's
-     * ranges, so a schedule whose query tiles are these blocks gets loop bounds uniform over a
-     * tile. Keys in the union outside a query's own range are masked as every other key is.
-     * 1 gives each query its own range.
-     */
-    int query_block = 1;
-    /**
-     * Aligned blocks of this many queries (a divisor of query_block) take their key ranges
-     * together in P·V alone, whose register blocks are smaller than the softmax's tiles: a
-     * causal tile's P·V blocks then stop at their own diagonal rather than the tile's.
-     * 0: query_block.
-     */
-    int value_block = 0;
-    /**
-     * The stages from q_heads to weighted_sum index the queries last to first (row r is query
-     * Lq - 1 - r; AttentionStages::attn_reversed), so the aligned blocks of query_block rows
-     * end at the last query. Under a causal mask the cost of a query grows with its position: a
-     * schedule's query tiles then run longest first, and the short tile left over where the
-     * tile does not divide Lq holds the first queries, whose rows are shortest, not the last.
-     */
-    bool reverse_queries = false;
-    /** Keys per chunk of the split-KV form (see AttentionStages); 0 reduces each row whole. */
-    int kv_chunk = 0;
-    /**
-     * With kv_chunk > 0 and a multiple of it: the chunk's P·V walks its keys in blocks of this
-     * many, r_values (y, x) = (block, key in block), so that a schedule can sum each block in
-     * registers (rfactor over the blocks) and visit only the blocks with visible keys. 0: one
-     * loop over the chunk's keys (as is any value that does not divide kv_chunk).
-     */
-    int kv_value_block = 0;
-    /**
-     * With kv_chunk > 0 and no causal, window or padding mask (ignored with one): tiles of
-     * this many queries, aligned at query 0, walk the chunks first to last in even tiles and
-     * last to first in odd ones (AttentionStages::partials). A tile then starts on the chunks
-     * the tile before it read last, which are still in cache: walked first to last every time,
-     * a head's K and V cycle through the cache, and once they are larger than it every chunk
-     * misses. 0: first to last in every tile.
-     */
-    int alternate_chunks = 0;
-    /**
-     * Keys per step of the online (one-pass) form (AttentionStages::running); 0: not used. With
-     * kv_chunk > 0 (a multiple of it), each chunk of the split-KV form is walked in such steps
-     * and its partials are the fold's results; otherwise the fold walks every key of a row.
-     */
-    int online_chunk = 0;
-    /** Head_dim elements per state of the online form (a divisor of head_dim). */
-    int online_width = 1;
-    /**
-     * With kv_chunk > 0: calls with Lk <= rows_up_to reduce each row whole instead
-     * (AttentionStages::rows), a run-time choice inside one pipeline. 0: chunks at every Lk.
-     */
-    int rows_up_to = 0;
-    /**
-     * The softmax's exponentials as polynomials rather than Halide::exp: about half the
-     * vector instructions on CPUs, where they are a tenth of a D=64 layer's time. The scores
-     * are then in base 2 (score_units) and the exponentials softmax_exp2, or softmax_exp where
-     * a score_mod must see natural scores.
-     */
-    bool polynomial_exp = false;
-    /**
-     * Self-attention with as many kv heads as heads: Q, K and V as slices of one projection
-     * (AttentionStages::qkv_proj), so that a schedule can read each row of x once for all three.
-     */
-    bool fused_qkv = false;
 };
 
 /**

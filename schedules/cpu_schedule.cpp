@@ -353,8 +353,8 @@ void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Va
 }
 
 /**
- * The split-KV form (stages.kv_chunk > 0), for decode shapes where a query tile would be
- * mostly empty. One parallel task per (chunk, kv head, batch) computes the chunk's partials for
+ * The split-KV form (the chunks form with split_chunk), for decode shapes where a query tile would
+ * be mostly empty. One parallel task per (chunk, kv head, batch) computes the chunk's partials for
  * every query and every query head of the kv head's group: scores, statistics, probabilities
  * and P·V, so a single query still spreads over all cores, a K or V chunk is read from memory
  * once, and the scratch is one chunk's (chunk x group x Lq floats per stage), not the call's.
@@ -405,7 +405,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .vectorize(h, h_vec);
 
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
-    if (s.r_values.dimensions() == 1) {
+    if (s.options.kv_value_block == 0) {
         // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
         // Blocks of head_dim held in registers instead would read V in strided passes.
         s.part_out.update()
@@ -473,7 +473,7 @@ void vectorize_features(Func rows, const AttentionStages &s, int lanes) {
  */
 void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
     const int head_dim = s.spec.resolved_head_dim();
-    if (s.k_new.defined()) {
+    if (s.spec.cache.any()) {
         // A cached layer's new rows: parallel over heads and sequences.
         for (Func rows : {s.k_new, s.v_new}) {
             Var task{rows.name() + "_task"};
@@ -482,10 +482,10 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
                 .vectorize(s.d, vector_width_dividing(head_dim, lanes));
         }
     }
-    if (!s.rope_table.defined())
+    if (!s.spec.rope.any())
         return;
     const int half = s.spec.resolved_rotary_dim() / 2;
-    if (s.k_new.defined()) {
+    if (s.spec.cache.any()) {
         // The angles of the new tokens' positions only, inside their rotation: at root, the
         // table would cover every cached position, each call.
         s.rope_table.compute_inline();
@@ -572,7 +572,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     // The whole-row and flash forms without projections copy K per call and Q per tile.
     const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
-    schedule_rope(s, lanes, copies_heads && !s.k_new.defined());
+    schedule_rope(s, lanes, copies_heads && !s.spec.cache.any());
 
     if (s.spec.projections.any()) {
         const int model_dim = s.spec.resolved_model_dim();
@@ -584,7 +584,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
         // Self-attention, prefill, fused_qkv: Q, K and V are the slices p of one GEMM, and a
         // task's rows of x, copied once, serve all three (p runs inside the task).
-        if (s.qkv_proj.defined())
+        if (s.options.fused_qkv)
             schedule_projection_packed(s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs, head_dim, d,
                                        s.qkv_proj.args()[1], h, b, lanes, params,
                                        {s.qkv_proj.args()[2]});
@@ -592,8 +592,8 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
         // back for P·V, which reads V rows along head_dim.
         const bool weights_in_place = params.split_chunk <= 0 && !params.packed_weights;
-        if (weights_in_place && !s.qkv_proj.defined()) {
-            if (s.kv_rows.name() == s.q_rows.name()) {
+        if (weights_in_place && !s.options.fused_qkv) {
+            if (!s.spec.cross_attention) {
                 transposed_rows(s.q_rows, {s.q_proj, s.k_proj, s.v_proj}, lanes);
             } else {
                 transposed_rows(s.q_rows, {s.q_proj}, lanes);
@@ -602,7 +602,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             schedule_transpose(s.v_heads, d, s.v_heads.args()[1], lanes);
         }
         for (auto [stage, weight, rows, outputs] : projections) {
-            if (s.qkv_proj.defined())
+            if (s.options.fused_qkv)
                 break; // q_proj, k_proj and v_proj are its slices, inlined
             // Decode: a few queries, so Q's weight is read once either way and packing it would
             // read and write it once more. K and V have as few rows in self-attention, but a
@@ -630,7 +630,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // `core` carries the attention tiles: the output itself, or attn_out at root when an output
     // projection follows, or attn_reversed at root when the queries run last to first
     // (AlgorithmOptions::reverse_queries); attn_out then reads it in place.
-    const bool reversed = s.attn_reversed.defined();
+    const bool reversed = s.options.reverse_queries;
     Func core = reversed ? s.attn_reversed : s.spec.projections.out ? s.attn_out : s.output;
     if (reversed || s.spec.projections.out)
         core.compute_root();
@@ -638,7 +638,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         s.attn_out.compute_inline();
     if (reversed) {
         // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
-        // uniform (AlgorithmOptions::query_block).
+        // uniform (AlgorithmOptions::query_tile).
         core.align_bounds(q, query_tile);
         if (!s.spec.projections.out) {
             // The output is a copy in query order: tasks of 256 rows of a head.
@@ -700,7 +700,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         // block's keys are one base pointer and constant offsets rather than a clamped address
         // per key (LLVM computed those in vector registers inside the dot-product loop).
         std::vector<Func> copies = {s.k_heads};
-        const bool chunked = s.kv_chunk > 0;
+        const bool chunked = s.options.form == AttentionForm::chunks;
         if (params.copy_values == CopyValues::all ||
             (params.copy_values == CopyValues::flash && chunked))
             copies.push_back(s.v_heads);
@@ -709,7 +709,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         for (Func heads : copies) {
             Var task{"kv_task"};
             heads.compute_root().fuse(h, b, task).parallel(task);
-            if (heads.name() == s.k_heads.name() && s.k_rope.defined() && !s.k_new.defined())
+            if (heads.name() == s.k_heads.name() && s.spec.rope.any() && !s.spec.cache.any())
                 vectorize_features(heads, s, lanes); // rotates as it copies
             else
                 heads.vectorize(d, vector_width_dividing(head_dim, lanes));
@@ -761,14 +761,14 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
         stage.update().reorder(d, q, r).vectorize(d, d_vec).unroll(d).unroll(q);
     };
 
-    // The stages from the scores to weighted_sum of one form, `t`: the flash form (t.kv_chunk >
-    // 0) walks the keys in chunks inside the tile: everything from the scores to the chunk's
+    // The stages from the scores to weighted_sum of one form, `t`: the flash form (the chunks
+    // form) walks the keys in chunks inside the tile: everything from the scores to the chunk's
     // partial output is computed per chunk and head (`partials` loops over chunks outermost,
     // then the group's heads), so the scores and probabilities of a chunk stay in L1, the P·V
     // blocks reuse the chunk's V rows from L1, and the group's heads reuse its K and V rows from
     // L1 and L2. Without chunks each head's whole rows are computed at once.
     auto schedule_form = [&](AttentionStages &t) {
-        const bool flash = t.kv_chunk > 0;
+        const bool flash = t.options.form == AttentionForm::chunks;
         // The group's scaled queries, transposed so that queries are the vector lanes: once per
         // tile for the whole group in the flash form, whose chunks take the group's heads in
         // turn; per head with whole rows. The last tile of a row may be short (GuardWithIf);
@@ -789,7 +789,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
             Var j = t.j;
             t.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
             std::vector<Halide::VarOrRVar> outer = {h, j, b};
-            if (t.alternate_tile > 0) {
+            if (t.options.alternate_chunks) {
                 // Tiles start at query 0 (the output's rows are 0 to Lq - 1): one per task.
                 t.partials.bound_extent(t.q_tile, 1);
                 outer.insert(outer.end() - 1, t.q_tile);

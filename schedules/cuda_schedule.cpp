@@ -86,7 +86,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     const int block_heads = params.heads_per_block;
     const int query_tile = params.query_tile;
     const int step_keys = params.step_keys;
-    const int width = s.online_width;
+    const int width = s.options.d_per_lane;
     const LaneLayout layout = lane_layout(head_dim, params);
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
     // The lanes of the block's warp. OpenCL has no gpu_lanes: there the block's 32 threads
@@ -149,15 +149,15 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         stage.gpu_threads(xi, yi);
     };
     // A cached layer's new rows, outputs of their own (the runtime appends them to the cache).
-    if (s.k_new.defined()) {
+    if (s.spec.cache.any()) {
         elementwise(s.k_new, d, k, {h, b}, "kn");
         elementwise(s.v_new, d, k, {h, b}, "vn");
     }
     // Rotary embeddings: the table and the rotated queries and keys, each a kernel at root, so
     // that the steps stage rotated rows rather than rotating them again for every tile.
-    if (s.rope_table.defined()) {
+    if (s.spec.rope.any()) {
         // With a cache, the angles of the new tokens' positions only, inside their rotation.
-        if (s.k_new.defined())
+        if (s.spec.cache.any())
             s.rope_table.compute_inline();
         else
             elementwise(s.rope_table, s.pair, s.position, {}, "rt");
@@ -181,7 +181,7 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
 
     // The kernel of the fold: the output itself (whole rows), or in the split-KV form the
     // chunks' partials, which a second kernel (the output's) combines.
-    const bool split = s.kv_chunk > 0;
+    const bool split = s.options.chunk_keys > 0;
     Func walk = split ? s.partials : core;
 
     // The block: a query tile of block_heads heads of one kv head's group (and one chunk of

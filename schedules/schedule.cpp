@@ -303,29 +303,33 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
     switch (resolved.family) {
     case ResolvedSchedule::Family::reference:
         break;
-    case ResolvedSchedule::Family::cpu:
-        options.query_block = cpu_query_tile(target, resolved.cpu);
+    case ResolvedSchedule::Family::cpu: {
+        const CpuScheduleParams &cpu = resolved.cpu;
+        const bool split = cpu.split_chunk > 0;
+        // The flash and split-KV forms are both the algorithm's chunks; the schedules differ.
+        options.chunk_keys = split ? cpu.split_chunk : cpu.flash_chunk;
+        options.form = options.chunk_keys > 0 ? AttentionForm::chunks : AttentionForm::whole_rows;
+        options.query_tile = cpu_query_tile(target, cpu);
         // P·V's register blocks, where they tile the query tile from its start.
-        if (options.query_block % resolved.cpu.value_queries == 0)
-            options.value_block = resolved.cpu.value_queries;
-        options.kv_chunk =
-            resolved.cpu.split_chunk > 0 ? resolved.cpu.split_chunk : resolved.cpu.flash_chunk;
-        options.rows_up_to = resolved.cpu.rows_up_to;
+        if (options.query_tile % cpu.value_queries == 0)
+            options.value_queries = cpu.value_queries;
+        options.rows_up_to = cpu.rows_up_to;
         // The flash form's query tiles (prefill only; decode has one tile).
-        if (resolved.cpu.split_chunk <= 0 && resolved.cpu.alternate_chunks)
-            options.alternate_chunks = options.query_block;
-        options.reverse_queries = cpu_reverse_queries(spec, target, resolved.cpu);
-        options.kv_value_block = cpu_kv_value_block(target, resolved.cpu, spec.resolved_head_dim());
+        options.alternate_chunks = !split && cpu.alternate_chunks;
+        options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
+        options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_head_dim());
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
         // Prefill only: decode reads the weights in place.
-        options.fused_qkv = resolved.cpu.split_chunk <= 0 && resolved.cpu.fused_qkv;
+        options.fused_qkv = !split && cpu.fused_qkv;
         break;
+    }
     case ResolvedSchedule::Family::gpu:
-        options.query_block = resolved.gpu.query_tile;
-        options.kv_chunk = resolved.gpu.split_chunk;
-        options.online_chunk = resolved.gpu.step_keys;
-        options.online_width = resolved.gpu.d_per_lane;
+        options.form = AttentionForm::online;
+        options.query_tile = resolved.gpu.query_tile;
+        options.chunk_keys = resolved.gpu.split_chunk;
+        options.step_keys = resolved.gpu.step_keys;
+        options.d_per_lane = resolved.gpu.d_per_lane;
         break;
     }
     return options;

@@ -97,10 +97,9 @@ CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::T
 
 /**
  * How build_attention should write the algorithm for the schedule that apply_schedule will
- * apply with the same arguments: its query tiles as AlgorithmOptions::query_block, its KV
- * chunks as kv_chunk. Parameters that do not parse give the defaults here; apply_schedule
- * reports them. `shape_class` ("prefill" or "decode") picks the defaults the parameters
- * override.
+ * apply with the same arguments: its form (AttentionForm), query tiles and chunks. Parameters that
+ * do not parse give the defaults here; apply_schedule reports them. `shape_class` ("prefill" or
+ * "decode") picks the defaults the parameters override.
  */
 AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Target &target,
                                    const std::string &name, const std::string &params = "",
