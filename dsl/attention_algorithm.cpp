@@ -393,20 +393,17 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange
 }
 
 /**
- * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
- * are defined, in the form `options` names (effective_options), and returns the normalized
- * attention, attn_out's value.
+ * Defines scores and masked in `t`, whose q_heads and k_heads are defined: S = (scale * Q) K^T,
+ * the bias, the score_mod, and every key a mask hides replaced by `lowest` on its bits.
  */
-Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
-                    const AlgorithmOptions &options) {
-    t.options = options;
+void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     const AttentionSpec &spec = t.spec;
-    const int group = spec.group_size();
-    Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
+    const AlgorithmOptions &options = t.options;
+    Var q = t.q, k = t.k, h = t.h, b = t.b;
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
     Expr position = query_position(q, in, options);
-    // S = (scale * Q) K^T: q_heads carries the scale. Query head h reads kv head h / group.
-    Expr kv_head = h / group;
+    // q_heads carries the scale. Query head h reads kv head h / group.
+    Expr kv_head = h / spec.group_size();
     t.scores(k, q, h, b) = 0.0f;
     t.scores(k, q, h, b) +=
         t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
@@ -444,17 +441,41 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
     if (!Halide::Internal::is_const_one(structured))
         keep = Halide::select(structured, Halide::likely(keep), 0);
     t.masked(k, q, h, b) = hide_score(score, keep);
+}
 
-    // The structured masks bound each query's keys: the reductions below visit only
-    // [key_begin, key_end) of the query's block (AlgorithmOptions::query_tile), so the keys a
-    // causal, window or padding mask hides from a whole tile are skipped rather than computed
-    // and zeroed; P·V may take finer blocks (value_queries), so that the register blocks of a
-    // causal tile stop at their own diagonal. The elementwise mask above still decides every key
-    // inside the range.
+/**
+ * What every form's reductions share: the keys each query's block visits, and the softmax's
+ * exponential and probabilities.
+ */
+struct SoftmaxParts {
+    /**
+     * Whether a structured mask (or a cache) bounds each query's keys: the reductions then
+     * visit only the keys of the query's block (AlgorithmOptions::query_tile), so the keys a
+     * causal, window or padding mask hides from a whole tile are skipped rather than computed
+     * and zeroed. The elementwise mask still decides every key inside the range.
+     */
+    bool bounded = false;
+    /** [begin, end) of the keys visible to some query of the aligned block of `block` rows. */
+    std::function<KeyRange(int block, const Expr &row)> key_range;
+    /** The key range of row q's query tile. */
+    KeyRange tile_keys;
+    /**
+     * P·V takes finer blocks (AlgorithmOptions::value_queries) than the softmax, so that the
+     * register blocks of a causal tile stop at their own diagonal.
+     */
+    bool own_values = false;
+    Exponential exponential;
+    Probability probability;
+};
+
+SoftmaxParts softmax_parts(AttentionStages &t, const AttentionInputs &in) {
+    const AttentionSpec &spec = t.spec;
+    const AlgorithmOptions options = t.options;
+    Var q = t.q, h = t.h, b = t.b;
+    SoftmaxParts parts;
     const bool bounded = spec.mask.bounds_keys() || spec.cache.any();
-    // [begin, end) of the keys visible to some query of the aligned block of `block` queries
-    // that holds row `row`.
-    auto key_range = [&](int block, const Expr &row) -> KeyRange {
+    parts.bounded = bounded;
+    parts.key_range = [&spec, in, options, bounded, b](int block, const Expr &row) -> KeyRange {
         Expr begin = 0, end = in.key_len;
         if (!bounded)
             return {begin, end};
@@ -478,23 +499,13 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
             end = Halide::min(end, limit);
         return {begin, end};
     };
-    const auto [key_begin, key_end] = key_range(options.query_tile, q);
-    const bool own_values =
+    parts.tile_keys = parts.key_range(options.query_tile, q);
+    parts.own_values =
         bounded && options.value_queries > 0 && options.value_queries < options.query_tile;
-    // The reduction over the keys of P·V: that of the softmax, or its own with finer bounds.
-    // `first` is the key of its element 0 (the chunk's first key in the split-KV form).
-    auto value_keys = [&](const Expr &extent, const Expr &first) {
-        if (!own_values)
-            return t.r_keys;
-        RDom r(0, extent, "r_values");
-        const auto [begin, end] = key_range(options.value_queries, q);
-        r.where(first + r.x >= begin && first + r.x < end);
-        return r;
-    };
-
     // Numerically stable softmax. A row with every key masked has row_max = lowest, probs = 0,
     // row_sum = 0 and an all-zero output row instead of NaN (as PyTorch's SDPA since 2.5).
-    auto exponential = [&](const Expr &x) {
+    const double units = score_units(spec, options);
+    parts.exponential = [units, options](const Expr &x) {
         if (units != 1.0)
             return softmax_exp2(x);
         if (options.polynomial_exp)
@@ -503,94 +514,147 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
         Expr is_nan = (Halide::reinterpret<int32_t>(x) & 0x7fffffff) > 0x7f800000;
         return Halide::select(is_nan, x, Halide::exp(x));
     };
-    auto probability = [&](const Expr &key, const Expr &max) {
-        Expr score = t.masked(key, q, h, b);
+    Func masked = t.masked;
+    parts.probability = [masked, q, h, b, exponential = parts.exponential](const Expr &key,
+                                                                           const Expr &max) {
+        Expr score = masked(key, q, h, b);
         return Halide::select(has_lowest_bits(score), 0.0f, exponential(score - max));
     };
-    if (options.form == AttentionForm::online) {
+    return parts;
+}
+
+/**
+ * The reduction over the keys of P·V: r_keys, or with own_values its own domain of `extent`
+ * keys from `first`, bounded per block of value_queries queries.
+ */
+RDom value_keys(const AttentionStages &t, const SoftmaxParts &parts, const Expr &extent,
+                const Expr &first) {
+    if (!parts.own_values)
+        return t.r_keys;
+    RDom r(0, extent, "r_values");
+    const auto [begin, end] = parts.key_range(t.options.value_queries, t.q);
+    r.where(first + r.x >= begin && first + r.x < end);
+    return r;
+}
+
+/** The plain form: each query's whole row of keys, its max, sum and P·V (unnormalized). */
+void define_whole_rows(AttentionStages &t, const AttentionInputs &in, const SoftmaxParts &parts) {
+    Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
+    Expr kv_head = h / t.spec.group_size();
+    const auto [key_begin, key_end] = parts.tile_keys;
+    t.r_keys = RDom(0, in.key_len, "r_keys");
+    if (parts.bounded)
+        t.r_keys.where(t.r_keys.x >= key_begin && t.r_keys.x < key_end);
+    t.row_max(q, h, b) = lowest;
+    t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), t.masked(t.r_keys, q, h, b));
+    t.probs(k, q, h, b) = parts.probability(k, t.row_max(q, h, b));
+    t.row_sum(q, h, b) = 0.0f;
+    t.row_sum(q, h, b) += t.probs(t.r_keys, q, h, b);
+    // O = P V, normalized once per output element.
+    t.r_values = value_keys(t, parts, in.key_len, 0);
+    t.weighted_sum(d, q, h, b) = 0.0f;
+    t.weighted_sum(d, q, h, b) +=
+        t.probs(t.r_values, q, h, b) * t.v_heads(d, t.r_values, kv_head, b);
+}
+
+/**
+ * The chunks form: partial statistics and output per chunk of keys (`partials`), then their
+ * exact combine, so that a chunk's scores stay in cache and chunks are independent work.
+ */
+void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxParts &parts) {
+    const AlgorithmOptions &options = t.options;
+    Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b, j = t.j;
+    Expr kv_head = h / t.spec.group_size();
+    Expr last_key = in.key_len - 1;
+    const auto [key_begin, key_end] = parts.tile_keys;
+    const int chunk = options.chunk_keys;
+    t.r_keys = RDom(0, chunk, "r_keys");
+    Expr key = j * chunk + t.r_keys.x;
+    t.r_keys.where(key >= key_begin && key < key_end);
+    t.part_max(j, q, h, b) = lowest;
+    t.part_max(j, q, h, b) = Halide::max(t.part_max(j, q, h, b), t.masked(key, q, h, b));
+    t.probs(k, q, h, b) = parts.probability(k, t.part_max(k / chunk, q, h, b));
+    t.part_sum(j, q, h, b) = 0.0f;
+    t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
+    Expr value_key;
+    if (options.kv_value_block > 0) {
+        const int block = options.kv_value_block;
+        t.r_values = RDom({{0, block}, {0, chunk / block}}, "r_values");
+        Expr block_first = j * chunk + t.r_values.y * block;
+        value_key = block_first + t.r_values.x;
+        const auto [begin, end] =
+            parts.key_range(parts.own_values ? options.value_queries : options.query_tile, q);
+        // A condition on the block alone, so that the sum over blocks (after an rfactor
+        // of the keys within one) visits only blocks with visible keys.
+        t.r_values.where(block_first < end && block_first + block > begin && value_key >= begin &&
+                         value_key < end);
+    } else {
+        t.r_values = value_keys(t, parts, chunk, j * chunk);
+        value_key = j * chunk + t.r_values.x;
+    }
+    t.part_out(d, j, q, h, b) = 0.0f;
+    // The last chunk may run past Lk: its extra keys are never visited, but bounds
+    // inference does not see the `where`, so the read of V is clamped.
+    t.part_out(d, j, q, h, b) +=
+        t.probs(value_key, q, h, b) * t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
+
+    // The combine reads the chunk results only through `partials`, so a schedule may
+    // compute a chunk's statistics inside its loop over chunks.
+    const int tile = options.alternate_chunks ? options.query_tile : 0;
+    // partials (d, j, q, h, b) holds chunk j of query q; with alternating tiles,
+    // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
+    std::vector<Var> args = {d, j, q, h, b};
+    Expr chunk_of_step = j, query = q;
+    Expr chunks = (in.key_len + (chunk - 1)) / chunk;
+    if (tile > 0) {
+        // The tile is a pure dimension, so that inside it each step is one known chunk.
+        // Halide 14 bounds a select by both of its branches whatever its condition, and
+        // t % 2 and t & 1 by [0, 1] even for one t, so the parity is t - (t / 2) * 2. Over
+        // all tiles and steps it bounds the chunk apart from the parity (down to
+        // 1 - chunks), hence the clamp. Without a structured mask every chunk is a step of
+        // every tile, and the combine reads them in step order.
+        Var q_tile = t.q_tile;
+        args = {d, j, q, q_tile, h, b};
+        Expr odd = q_tile - (q_tile / 2) * 2;
+        chunk_of_step = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
+        query = q_tile * tile + q;
+    }
+    t.partials(args) = Halide::Tuple(t.part_out(d, chunk_of_step, query, h, b),
+                                     t.part_max(chunk_of_step, query, h, b),
+                                     t.part_sum(chunk_of_step, query, h, b));
+    define_combine(t, in, parts.tile_keys, parts.exponential);
+}
+
+/**
+ * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
+ * are defined, in the form `options` names (effective_options), and returns the normalized
+ * attention, attn_out's value.
+ */
+Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
+                    const AlgorithmOptions &options) {
+    t.options = options;
+    define_masked_scores(t, in);
+    const SoftmaxParts parts = softmax_parts(t, in);
+    switch (options.form) {
+    case AttentionForm::whole_rows:
+        define_whole_rows(t, in, parts);
+        break;
+    case AttentionForm::chunks:
+        define_chunks(t, in, parts);
+        break;
+    case AttentionForm::online: {
         // The fold's steps are bounded by the key range of a whole tile of query_tile rows,
         // so that a loop over them inside the tile skips the steps the mask hides from it.
         const int tile = std::max(options.query_tile, 1);
-        Expr attention =
-            define_online(t, in, key_range(tile, t.q_tile * tile), probability, exponential);
+        Expr attention = define_online(t, in, parts.key_range(tile, t.q_tile * tile),
+                                       parts.probability, parts.exponential);
         if (options.chunk_keys <= 0)
             return attention;
-        define_combine(t, in, {key_begin, key_end}, exponential);
-    } else if (options.form == AttentionForm::whole_rows) {
-        t.r_keys = RDom(0, in.key_len, "r_keys");
-        if (bounded)
-            t.r_keys.where(t.r_keys.x >= key_begin && t.r_keys.x < key_end);
-        t.row_max(q, h, b) = lowest;
-        t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), t.masked(t.r_keys, q, h, b));
-        t.probs(k, q, h, b) = probability(k, t.row_max(q, h, b));
-        t.row_sum(q, h, b) = 0.0f;
-        t.row_sum(q, h, b) += t.probs(t.r_keys, q, h, b);
-        // O = P V, normalized once per output element.
-        t.r_values = value_keys(in.key_len, 0);
-        t.weighted_sum(d, q, h, b) = 0.0f;
-        t.weighted_sum(d, q, h, b) +=
-            t.probs(t.r_values, q, h, b) * t.v_heads(d, t.r_values, kv_head, b);
-    } else {
-        // Chunks: partial statistics and output per chunk of keys, then an exact combine.
-        const int chunk = options.chunk_keys;
-        Var j = t.j;
-        t.r_keys = RDom(0, chunk, "r_keys");
-        Expr key = j * chunk + t.r_keys.x;
-        t.r_keys.where(key >= key_begin && key < key_end);
-        t.part_max(j, q, h, b) = lowest;
-        t.part_max(j, q, h, b) = Halide::max(t.part_max(j, q, h, b), t.masked(key, q, h, b));
-        t.probs(k, q, h, b) = probability(k, t.part_max(k / chunk, q, h, b));
-        t.part_sum(j, q, h, b) = 0.0f;
-        t.part_sum(j, q, h, b) += t.probs(key, q, h, b);
-        Expr value_key;
-        if (options.kv_value_block > 0) {
-            const int block = options.kv_value_block;
-            t.r_values = RDom({{0, block}, {0, chunk / block}}, "r_values");
-            Expr block_first = j * chunk + t.r_values.y * block;
-            value_key = block_first + t.r_values.x;
-            const auto [begin, end] =
-                key_range(own_values ? options.value_queries : options.query_tile, q);
-            // A condition on the block alone, so that the sum over blocks (after an rfactor
-            // of the keys within one) visits only blocks with visible keys.
-            t.r_values.where(block_first < end && block_first + block > begin &&
-                             value_key >= begin && value_key < end);
-        } else {
-            t.r_values = value_keys(chunk, j * chunk);
-            value_key = j * chunk + t.r_values.x;
-        }
-        t.part_out(d, j, q, h, b) = 0.0f;
-        // The last chunk may run past Lk: its extra keys are never visited, but bounds
-        // inference does not see the `where`, so the read of V is clamped.
-        t.part_out(d, j, q, h, b) += t.probs(value_key, q, h, b) *
-                                     t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
-
-        // The combine reads the chunk results only through `partials`, so a schedule may
-        // compute a chunk's statistics inside its loop over chunks.
-        const int tile = options.alternate_chunks ? options.query_tile : 0;
-        // partials (d, j, q, h, b) holds chunk j of query q; with alternating tiles,
-        // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
-        std::vector<Var> args = {d, j, q, h, b};
-        Expr chunk_of_step = j, query = q;
-        Expr chunks = (in.key_len + (chunk - 1)) / chunk;
-        if (tile > 0) {
-            // The tile is a pure dimension, so that inside it each step is one known chunk.
-            // Halide 14 bounds a select by both of its branches whatever its condition, and
-            // t % 2 and t & 1 by [0, 1] even for one t, so the parity is t - (t / 2) * 2. Over
-            // all tiles and steps it bounds the chunk apart from the parity (down to
-            // 1 - chunks), hence the clamp. Without a structured mask every chunk is a step of
-            // every tile, and the combine reads them in step order.
-            Var q_tile = t.q_tile;
-            args = {d, j, q, q_tile, h, b};
-            Expr odd = q_tile - (q_tile / 2) * 2;
-            chunk_of_step = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
-            query = q_tile * tile + q;
-        }
-        t.partials(args) = Halide::Tuple(t.part_out(d, chunk_of_step, query, h, b),
-                                         t.part_max(chunk_of_step, query, h, b),
-                                         t.part_sum(chunk_of_step, query, h, b));
-        define_combine(t, in, {key_begin, key_end}, exponential);
+        define_combine(t, in, parts.tile_keys, parts.exponential);
+        break;
     }
-    return t.weighted_sum(d, q, h, b) * inverse_sum(t.row_sum(q, h, b));
+    }
+    return t.weighted_sum(t.d, t.q, t.h, t.b) * inverse_sum(t.row_sum(t.q, t.h, t.b));
 }
 
 } // namespace
