@@ -739,194 +739,228 @@ AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOpt
     return options;
 }
 
-AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
-                                const AlgorithmOptions &requested) {
-    const AlgorithmOptions options = effective_options(spec, requested);
-    AttentionStages s;
-    s.spec = spec;
-    s.output = output;
-    Var d = s.d, c = s.c, q = s.q, k = s.k, h = s.h, b = s.b;
+namespace {
 
-    const int head_dim = spec.resolved_head_dim();
-    const int heads = spec.heads;
-    const int model_dim = spec.resolved_model_dim();
-    // In base 2 (score_units), log2(e) rides on the scale: the scores come out in the units
-    // the softmax's exponential takes, at no cost per score.
-    const float scale = static_cast<float>(spec.resolved_scale() * score_units(spec, options));
-    const Projections &proj = spec.projections;
+/**
+ * Per-head rows in f32 that q_heads, k_heads and v_heads are made from: (d, row, h, b), and the
+ * row `q_at` of `queries` that row q of the attention stages reads.
+ */
+struct HeadRows {
+    Func queries, keys, values;
+    Expr q_at;
+};
 
-    Var in_feature = c, out_feature{"o"}; // of the weights, as nn.Linear names them
+/**
+ * Rotary embeddings: q_rope and k_rope rotate the f32 queries (query order) and keys at their
+ * positions, a query's aligned among the keys as the causal mask aligns it; q_heads (scaled)
+ * and k_heads read them. v_heads is the caller's.
+ */
+void define_rotated_heads(AttentionStages &s, const AttentionInputs &in, const HeadRows &rows,
+                          float scale) {
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    define_rope_table(s, s.spec, in);
+    s.q_rope(d, q, h, b) =
+        rotated(s, s.spec, rows.queries, d, q, h, b, q + (in.key_len - in.query_len));
+    s.k_rope(d, k, h, b) = rotated(s, s.spec, rows.keys, d, k, h, b, k);
+    s.q_heads(d, q, h, b) = s.q_rope(d, rows.q_at, h, b) * scale;
+    s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
+}
+
+/**
+ * A cached layer: `rows` are the new tokens' (d, t, h, b), t in query order. The new keys
+ * (rotated) and values become k_new and v_new in the cache's type; a key k of sequence b is then
+ * read from the cache below its cache length, and from k_new above it, so that new tokens see
+ * their own keys as every later call will.
+ */
+void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const HeadRows &rows,
+                         float scale) {
+    const AttentionSpec &spec = s.spec;
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
-    // Rotary embeddings: q_rope and k_rope rotate the f32 queries (query order) and keys at
-    // their positions, a query's aligned among the keys as the causal mask aligns it; the
-    // attention stages read row `q_at` of q_rope.
-    auto rotate_heads = [&](const Func &queries, const Func &keys, const Expr &q_at) {
+    Func q_rows = rows.queries, k_rows = rows.keys;
+    if (spec.rope.any()) {
         define_rope_table(s, spec, in);
-        s.q_rope(d, q, h, b) =
-            rotated(s, spec, queries, d, q, h, b, q + (in.key_len - in.query_len));
-        s.k_rope(d, k, h, b) = rotated(s, spec, keys, d, k, h, b, k);
-        s.q_heads(d, q, h, b) = s.q_rope(d, q_at, h, b) * scale;
-        s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
-    };
-    // With a cache: `queries`, `keys` and `values` are the new tokens' (d, t, h, b) in f32, t in
-    // query order. The new keys (rotated) and values become k_new and v_new in the cache's
-    // type; a key k of sequence b is then read from the cache below its cache length, and from
-    // k_new above it, so that new tokens see their own keys as every later call will.
-    auto cached_heads = [&](const Func &queries, const Func &keys, const Func &values,
-                            const Expr &q_at) {
-        Func q_rows = queries, k_rows = keys;
-        if (spec.rope.any()) {
-            define_rope_table(s, spec, in);
-            // Positions clamped for bounds inference: only rows past a sequence's new tokens
-            // (computed, never used) can pass the longest sequence.
-            auto position = [&](const Expr &t) {
-                return Halide::clamp(in.cache_lengths(b) + t, 0, last_key);
-            };
-            s.q_rope(d, q, h, b) = rotated(s, spec, queries, d, q, h, b, position(q));
-            s.k_rope(d, k, h, b) = rotated(s, spec, keys, d, k, h, b, position(k));
-            q_rows = s.q_rope;
-            k_rows = s.k_rope;
-        }
-        const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
-        s.k_new = in.k_new;
-        s.v_new = in.v_new;
-        s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
-        s.v_new(d, k, h, b) = narrowed(cached, values(d, k, h, b));
-        s.q_heads(d, q, h, b) = q_rows(d, q_at, h, b) * scale;
-        Expr cache_length = in.cache_lengths(b);
-        Expr new_row = Halide::clamp(k - cache_length, 0, last_query);
-        auto from_cache = [&](const Func &cache) {
-            if (spec.cache.kind == CacheSpec::Kind::contiguous)
-                return cache(d, Halide::clamp(k, 0, in.cache_extents[1] - 1), h, b);
-            // Clamped for bounds inference; the runtime checked the blocks a sequence uses.
-            const int block_size = spec.cache.block_size;
-            Expr logical = Halide::clamp(k / block_size, 0, in.max_blocks - 1);
-            Expr block = Halide::clamp(in.block_table(logical, b), 0, in.cache_extents[3] - 1);
-            return cache(d, k % block_size, h, block);
+        // Positions clamped for bounds inference: only rows past a sequence's new tokens
+        // (computed, never used) can pass the longest sequence.
+        auto position = [&](const Expr &t) {
+            return Halide::clamp(in.cache_lengths(b) + t, 0, last_key);
         };
-        s.k_heads(d, k, h, b) = f32(
-            Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)));
-        s.v_heads(d, k, h, b) = f32(
-            Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)));
+        s.q_rope(d, q, h, b) = rotated(s, spec, rows.queries, d, q, h, b, position(q));
+        s.k_rope(d, k, h, b) = rotated(s, spec, rows.keys, d, k, h, b, position(k));
+        q_rows = s.q_rope;
+        k_rows = s.k_rope;
+    }
+    const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
+    s.k_new = in.k_new;
+    s.v_new = in.v_new;
+    s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
+    s.v_new(d, k, h, b) = narrowed(cached, rows.values(d, k, h, b));
+    s.q_heads(d, q, h, b) = q_rows(d, rows.q_at, h, b) * scale;
+    Expr cache_length = in.cache_lengths(b);
+    Expr new_row = Halide::clamp(k - cache_length, 0, last_query);
+    auto from_cache = [&](const Func &cache) {
+        if (spec.cache.kind == CacheSpec::Kind::contiguous)
+            return cache(d, Halide::clamp(k, 0, in.cache_extents[1] - 1), h, b);
+        // Clamped for bounds inference; the runtime checked the blocks a sequence uses.
+        const int block_size = spec.cache.block_size;
+        Expr logical = Halide::clamp(k / block_size, 0, in.max_blocks - 1);
+        Expr block = Halide::clamp(in.block_table(logical, b), 0, in.cache_extents[3] - 1);
+        return cache(d, k % block_size, h, block);
     };
-    s.r_head_dim = RDom(0, head_dim, "r_head_dim");
+    s.k_heads(d, k, h, b) =
+        f32(Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)));
+    s.v_heads(d, k, h, b) =
+        f32(Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)));
+}
+
+/**
+ * Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads (q_proj, k_proj,
+ * v_proj), or with fused_qkv as the slices of one projection.
+ */
+void define_projections(AttentionStages &s, const AttentionInputs &in) {
+    const AttentionSpec &spec = s.spec;
+    const Projections &proj = spec.projections;
+    const int head_dim = spec.resolved_head_dim();
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    Var in_feature = s.c, out_feature{"o"}; // of the weights, as nn.Linear names them
+    s.r_model = RDom(0, spec.resolved_model_dim(), "r_model");
+    s.q_rows(in_feature, q, b) = f32(in.x(in_feature, Halide::clamp(q, 0, in.query_len - 1), b));
+    // Self-attention's keys are its queries (Lk = Lq): one Func, so that a schedule can
+    // prepare x once for all three projections.
+    if (spec.cross_attention)
+        s.kv_rows(in_feature, k, b) =
+            f32(in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b));
+    else
+        s.kv_rows = s.q_rows;
+    Expr row = h * head_dim + d;
+    if (s.options.fused_qkv) {
+        // Slice p of qkv_proj is Q, K or V; the weights are selected by p, which a schedule
+        // packing them makes a constant.
+        Var p{"p"};
+        s.qkv_weight(in_feature, out_feature, p) =
+            f32(Halide::select(p == 0, in.wq(in_feature, out_feature), p == 1,
+                               in.wk(in_feature, out_feature), in.wv(in_feature, out_feature)));
+        s.qkv_proj(d, q, p, h, b) =
+            proj.bias ? f32(Halide::select(p == 0, in.bq(row), p == 1, in.bk(row), in.bv(row)))
+                      : Expr(0.0f);
+        s.qkv_proj(d, q, p, h, b) += s.q_rows(s.r_model, q, b) * s.qkv_weight(s.r_model, row, p);
+        s.q_proj(d, q, h, b) = s.qkv_proj(d, q, 0, h, b);
+        s.k_proj(d, k, h, b) = s.qkv_proj(d, k, 1, h, b);
+        s.v_proj(d, k, h, b) = s.qkv_proj(d, k, 2, h, b);
+        return;
+    }
+    auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
+                       const Func &raw_weight, const Func &bias) {
+        weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));
+        stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
+        stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
+    };
+    project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
+    project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
+    project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
+}
+
+/**
+ * q_heads (scaled), k_heads and v_heads in f32, from the projections or the caller's per-head
+ * tensors, through rotary embeddings and the cache where the spec has them.
+ */
+void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
+    const AttentionSpec &spec = s.spec;
+    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    Expr last_query = in.query_len - 1, last_key = in.key_len - 1;
     // The query that row q of the attention stages reads (AlgorithmOptions::reverse_queries),
     // clamped: a schedule may round a tile of rows past either end.
-    Expr query_row = Halide::clamp(query_position(q, in, options), 0, last_query);
-
-    if (proj.any()) {
-        // Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads.
-        s.r_model = RDom(0, model_dim, "r_model");
-        s.q_rows(in_feature, q, b) = f32(in.x(in_feature, Halide::clamp(q, 0, last_query), b));
-        // Self-attention's keys are its queries (Lk = Lq): one Func, so that a schedule can
-        // prepare x once for all three projections.
-        if (spec.cross_attention)
-            s.kv_rows(in_feature, k, b) =
-                f32(in.context(in_feature, Halide::clamp(k, 0, last_key), b));
-        else
-            s.kv_rows = s.q_rows;
-        auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
-                           const Func &raw_weight, const Func &bias) {
-            weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));
-            Expr row = h * head_dim + d;
-            stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
-            stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
-        };
-        if (options.fused_qkv) {
-            // Slice p of qkv_proj is Q, K or V; the weights are selected by p, which a schedule
-            // packing them makes a constant.
-            Var p{"p"};
-            s.qkv_weight(in_feature, out_feature, p) =
-                f32(Halide::select(p == 0, in.wq(in_feature, out_feature), p == 1,
-                                   in.wk(in_feature, out_feature), in.wv(in_feature, out_feature)));
-            Expr row = h * head_dim + d;
-            s.qkv_proj(d, q, p, h, b) =
-                proj.bias ? f32(Halide::select(p == 0, in.bq(row), p == 1, in.bk(row), in.bv(row)))
-                          : Expr(0.0f);
-            s.qkv_proj(d, q, p, h, b) +=
-                s.q_rows(s.r_model, q, b) * s.qkv_weight(s.r_model, row, p);
-            s.q_proj(d, q, h, b) = s.qkv_proj(d, q, 0, h, b);
-            s.k_proj(d, k, h, b) = s.qkv_proj(d, k, 1, h, b);
-            s.v_proj(d, k, h, b) = s.qkv_proj(d, k, 2, h, b);
-        } else {
-            project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
-            project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
-            project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
-        }
+    Expr query_row = Halide::clamp(query_position(q, in, s.options), 0, last_query);
+    if (spec.projections.any()) {
+        define_projections(s, in);
         // q_proj's rows follow the tiles in query order (a schedule sizes its GEMM by them).
-        Expr q_at = options.reverse_queries ? query_row : Expr(q);
+        Expr q_at = s.options.reverse_queries ? query_row : Expr(q);
+        const HeadRows rows{s.q_proj, s.k_proj, s.v_proj, q_at};
         if (spec.cache.any()) {
-            cached_heads(s.q_proj, s.k_proj, s.v_proj, q_at);
-        } else if (spec.rope.any()) {
-            rotate_heads(s.q_proj, s.k_proj, q_at);
+            define_cached_heads(s, in, rows, scale);
+            return;
+        }
+        if (spec.rope.any()) {
+            define_rotated_heads(s, in, rows, scale);
         } else {
             s.q_heads(d, q, h, b) = s.q_proj(d, q_at, h, b) * scale;
             s.k_heads(d, k, h, b) = s.k_proj(d, k, h, b);
         }
-        if (!spec.cache.any())
-            s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
-    } else if (spec.cache.any()) {
+        s.v_heads(d, k, h, b) = s.v_proj(d, k, h, b);
+        return;
+    }
+    if (spec.cache.any()) {
         // The new tokens' keys and values have Lq rows, as the queries do.
         Func query("query_f32"), key("key_f32"), value("value_f32");
         Expr row = Halide::clamp(q, 0, last_query);
         query(d, q, h, b) = f32(in.query(d, row, h, b));
         key(d, q, h, b) = f32(in.key(d, row, h, b));
         value(d, q, h, b) = f32(in.value(d, row, h, b));
-        cached_heads(query, key, value, query_row);
+        define_cached_heads(s, in, {query, key, value, query_row}, scale);
+        return;
+    }
+    if (spec.rope.any()) {
+        Func query("query_f32"), key("key_f32");
+        query(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b));
+        key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        define_rotated_heads(s, in, {query, key, Func(), query_row}, scale);
     } else {
-        if (spec.rope.any()) {
-            Func query("query_f32"), key("key_f32");
-            query(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b));
-            key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
-            rotate_heads(query, key, query_row);
-        } else {
-            s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
-            s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
-        }
-        // The whole-row and split-KV forms read values only at visible keys: no clamp needed.
-        // The online form's last step runs past Lk, with probability 0: clamped there.
-        s.v_heads(d, k, h, b) = f32(in.value(
-            d, options.form == AttentionForm::online ? Halide::clamp(k, 0, last_key) : Expr(k), h,
-            b));
+        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
+        s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
     }
+    // The whole-row and chunks forms read values only at visible keys: no clamp needed.
+    // The online form's last step runs past Lk, with probability 0: clamped there.
+    const bool online = s.options.form == AttentionForm::online;
+    s.v_heads(d, k, h, b) =
+        f32(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
+}
 
-    Expr attention = define_softmax(s, in, options);
-    if (options.rows_up_to > 0) {
-        // The flash form for long rows and the whole-row form for calls with Lk <= rows_up_to:
-        // a schedule specializes on the condition, and each call runs one of them.
-        auto rows = std::make_shared<AttentionStages>();
-        rows->spec = spec;
-        rows->q_heads = s.q_heads;
-        rows->k_heads = s.k_heads;
-        rows->v_heads = s.v_heads;
-        if (!proj.any()) {
-            // V of its own, the same definition, so that a schedule can copy V for one form
-            // and not the other: a root copy is made only by the calls that run its form.
-            rows->v_heads = Func("v_heads_rows");
-            rows->v_heads(s.v_heads.args()) = s.v_heads.value();
-        }
-        rows->r_head_dim = s.r_head_dim;
-        s.use_rows = in.key_len <= options.rows_up_to;
-        AlgorithmOptions rows_options = options;
-        rows_options.form = AttentionForm::whole_rows;
-        attention = Halide::select(s.use_rows,
-                                   define_softmax(*rows, in, effective_options(spec, rows_options)),
-                                   attention);
-        s.rows = rows;
+/**
+ * The chunks form for long rows and the whole-row form for calls with Lk <= rows_up_to, in one
+ * pipeline: a schedule specializes on the condition, and each call runs one of them. Returns
+ * attn_out's value given the chunks form's, `attention`.
+ */
+Expr with_whole_rows(AttentionStages &s, const AttentionInputs &in, const Expr &attention) {
+    auto rows = std::make_shared<AttentionStages>();
+    rows->spec = s.spec;
+    rows->q_heads = s.q_heads;
+    rows->k_heads = s.k_heads;
+    rows->v_heads = s.v_heads;
+    if (!s.spec.projections.any()) {
+        // V of its own, the same definition, so that a schedule can copy V for one form
+        // and not the other: a root copy is made only by the calls that run its form.
+        rows->v_heads = Func("v_heads_rows");
+        rows->v_heads(s.v_heads.args()) = s.v_heads.value();
     }
-    if (options.reverse_queries) {
+    rows->r_head_dim = s.r_head_dim;
+    s.use_rows = in.key_len <= s.options.rows_up_to;
+    AlgorithmOptions rows_options = s.options;
+    rows_options.form = AttentionForm::whole_rows;
+    Expr rows_attention = define_softmax(*rows, in, effective_options(s.spec, rows_options));
+    s.rows = rows;
+    return Halide::select(s.use_rows, rows_attention, attention);
+}
+
+/**
+ * attn_out (in query order), the output projection Y = concat_h(O) Wo^T + bo where the layer
+ * has one, and the output as stored.
+ */
+void define_output(AttentionStages &s, const AttentionInputs &in, const Expr &attention) {
+    const AttentionSpec &spec = s.spec;
+    Var d = s.d, c = s.c, q = s.q, h = s.h, b = s.b;
+    Var in_feature = c, out_feature{"o"};
+    if (s.options.reverse_queries) {
         s.attn_reversed(d, q, h, b) = attention;
-        s.attn_out(d, q, h, b) = s.attn_reversed(d, query_position(q, in, options), h, b);
+        s.attn_out(d, q, h, b) = s.attn_reversed(d, query_position(q, in, s.options), h, b);
     } else {
         s.attn_out(d, q, h, b) = attention;
     }
-
-    Halide::Type stored = storage_type(spec.dtype);
-    if (proj.out) {
-        // Y = concat_h(O) Wo^T + bo.
-        s.r_concat = RDom(0, head_dim, 0, heads, "r_concat");
+    const int head_dim = spec.resolved_head_dim();
+    const bool has_out = spec.projections.out;
+    if (has_out) {
+        s.r_concat = RDom(0, head_dim, 0, spec.heads, "r_concat");
         Expr concat_row = s.r_concat.y * head_dim + s.r_concat.x;
-        s.out_proj(c, q, b) = proj.bias ? f32(in.bo(c)) : Expr(0.0f);
+        s.out_proj(c, q, b) = spec.projections.bias ? f32(in.bo(c)) : Expr(0.0f);
         s.o_weight(in_feature, out_feature) = f32(in.wo(in_feature, out_feature));
         s.out_proj(c, q, b) +=
             s.attn_out(s.r_concat.x, q, s.r_concat.y, b) * s.o_weight(concat_row, c);
@@ -935,15 +969,35 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
         s.result = s.attn_out;
     }
     // With a cache, rows past a sequence's new tokens are zeros, whatever their padding held.
+    const Halide::Type stored = storage_type(spec.dtype);
     auto stored_row = [&](Expr value) {
         if (spec.cache.any())
             value = Halide::select(q < in.query_lengths(b), value, 0.0f);
         return narrowed(stored, value);
     };
-    if (proj.out)
+    if (has_out)
         s.output(c, q, b) = stored_row(s.out_proj(c, q, b));
     else
         s.output(d, q, h, b) = stored_row(s.attn_out(d, q, h, b));
+}
+
+} // namespace
+
+AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
+                                const AlgorithmOptions &requested) {
+    AttentionStages s;
+    s.spec = spec;
+    s.output = output;
+    s.options = effective_options(spec, requested);
+    s.r_head_dim = RDom(0, spec.resolved_head_dim(), "r_head_dim");
+    // In base 2 (score_units), log2(e) rides on the scale: the scores come out in the units
+    // the softmax's exponential takes, at no cost per score.
+    const float scale = static_cast<float>(spec.resolved_scale() * score_units(spec, s.options));
+    define_heads(s, in, scale);
+    Expr attention = define_softmax(s, in, s.options);
+    if (s.options.rows_up_to > 0)
+        attention = with_whole_rows(s, in, attention);
+    define_output(s, in, attention);
     return s;
 }
 
