@@ -503,20 +503,30 @@ std::string to_string(const MaskSpec &mask) {
     return text.empty() ? "none" : text;
 }
 
-AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
-                               std::vector<SpecError> &errors) {
-    AttentionSpec spec;
-    auto get = [&](const char *key) -> std::optional<std::string> {
+namespace {
+
+/**
+ * Reads the fields of a layer's params, each trimmed, and records a SpecError for each value it
+ * cannot parse, in the order it reads them.
+ */
+struct ParamReader {
+    const std::map<std::string, std::string> &params;
+    std::vector<SpecError> &errors;
+
+    /** The field's text, trimmed, or nullopt where params lack it. */
+    std::optional<std::string> get(const char *key) const {
         auto found = params.find(key);
         if (found == params.end())
             return std::nullopt;
         return trim(found->second);
-    };
-    auto bad = [&](const std::string &field, const std::string &expected,
-                   const std::string &value) {
+    }
+    /** Records that `field` holds `value` where it should hold `expected`. */
+    void bad(const std::string &field, const std::string &expected,
+             const std::string &value) const {
         errors.push_back({field, "expected " + expected + ", got '" + value + "'"});
-    };
-    auto read_int = [&](const char *key, int &field) {
+    }
+    /** Sets `field` to the integer `key` holds, in [0, 2^30], where params have it. */
+    void read_int(const char *key, int &field) const {
         if (auto text = get(key)) {
             std::optional<long> value = parse_int(*text);
             if (!value || *value < 0 || *value > (1L << 30))
@@ -524,8 +534,12 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
             else
                 field = static_cast<int>(*value);
         }
-    };
+    }
+};
 
+/** Records an error for each field of params that an attention layer does not have. */
+void check_known_fields(const std::map<std::string, std::string> &params,
+                        std::vector<SpecError> &errors) {
     static const char *known[] = {
         "name",       "model_dim",   "heads",        "kv_heads", "head_dim",   "scale",
         "dtype",      "projections", "bias",         "cross",    "mask",       "rope",
@@ -537,74 +551,99 @@ AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
         if (!is_known)
             errors.push_back({entry.first, "is not a field of an attention layer"});
     }
+}
 
-    if (auto name = get("name"))
+/** The name, the shape (model_dim, heads, kv_heads, head_dim), the scale and the dtype. */
+void read_shape(const ParamReader &reader, AttentionSpec &spec) {
+    if (auto name = reader.get("name"))
         spec.name = *name;
-    read_int("model_dim", spec.model_dim);
-    read_int("heads", spec.heads);
-    read_int("kv_heads", spec.kv_heads);
-    read_int("head_dim", spec.head_dim);
-    if (auto text = get("scale"); text && *text != "default") {
+    reader.read_int("model_dim", spec.model_dim);
+    reader.read_int("heads", spec.heads);
+    reader.read_int("kv_heads", spec.kv_heads);
+    reader.read_int("head_dim", spec.head_dim);
+    if (auto text = reader.get("scale"); text && *text != "default") {
         if (std::optional<double> value = parse_number(*text))
             spec.scale = *value;
         else
-            bad("scale", "a number or 'default'", *text);
+            reader.bad("scale", "a number or 'default'", *text);
     }
-    if (auto text = get("dtype")) {
+    if (auto text = reader.get("dtype")) {
         if (std::optional<DType> dtype = parse_dtype(*text))
             spec.dtype = *dtype;
         else
-            bad("dtype", "f32, f16 or bf16", *text);
+            reader.bad("dtype", "f32, f16 or bf16", *text);
     }
+}
+
+/** The projections and their bias, cross-attention and the mask. */
+void read_projections_and_mask(const ParamReader &reader, AttentionSpec &spec) {
     bool bias = false;
-    if (auto text = get("bias")) {
+    if (auto text = reader.get("bias")) {
         if (std::optional<bool> value = parse_bool(*text))
             bias = *value;
         else
-            bad("bias", "true or false", *text);
+            reader.bad("bias", "true or false", *text);
     }
     spec.projections.bias = bias;
-    if (auto text = get("projections")) {
+    if (auto text = reader.get("projections")) {
         if (std::optional<Projections> proj = parse_projections(*text, bias))
             spec.projections = *proj;
         else
-            bad("projections", "'none' or a list of q, k, v, out", *text);
+            reader.bad("projections", "'none' or a list of q, k, v, out", *text);
     }
-    if (auto text = get("cross")) {
+    if (auto text = reader.get("cross")) {
         if (std::optional<bool> value = parse_bool(*text))
             spec.cross_attention = *value;
         else
-            bad("cross", "true or false", *text);
+            reader.bad("cross", "true or false", *text);
     }
-    if (auto text = get("mask")) {
+    if (auto text = reader.get("mask")) {
         if (std::optional<MaskSpec> mask = parse_mask(*text))
             spec.mask = *mask;
         else
-            bad("mask", "'none' or causal, padding, window(N), additive joined with '+'", *text);
+            reader.bad("mask", "'none' or causal, padding, window(N), additive joined with '+'",
+                       *text);
     }
-    if (auto text = get("rope"); text && !parse_rope(*text, spec.rope))
-        bad("rope", "none, neox, interleaved, table or table(interleaved)", *text);
-    if (auto text = get("rope_theta")) {
+}
+
+/** The rotary embeddings (rope, rope_theta, rotary_dim, rope_scaling) and the cache. */
+void read_rope_and_cache(const ParamReader &reader, AttentionSpec &spec) {
+    if (auto text = reader.get("rope"); text && !parse_rope(*text, spec.rope))
+        reader.bad("rope", "none, neox, interleaved, table or table(interleaved)", *text);
+    if (auto text = reader.get("rope_theta")) {
         if (std::optional<double> value = parse_number(*text))
             spec.rope.theta = *value;
         else
-            bad("rope_theta", "a number", *text);
+            reader.bad("rope_theta", "a number", *text);
     }
-    read_int("rotary_dim", spec.rope.rotary_dim);
-    if (auto text = get("rope_scaling")) {
+    reader.read_int("rotary_dim", spec.rope.rotary_dim);
+    if (auto text = reader.get("rope_scaling")) {
         if (std::optional<RopeScaling> scaling = parse_rope_scaling(*text))
             spec.rope.scaling = *scaling;
         else
-            bad("rope_scaling", "none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)", *text);
+            reader.bad("rope_scaling", "none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)", *text);
     }
-    if (auto text = get("cache"); text && !parse_cache(*text, spec.cache))
-        bad("cache", "none, contiguous or paged(N)", *text);
-    if (auto text = get("cache_dtype"); text && *text != "default") {
+    if (auto text = reader.get("cache"); text && !parse_cache(*text, spec.cache))
+        reader.bad("cache", "none, contiguous or paged(N)", *text);
+    if (auto text = reader.get("cache_dtype"); text && *text != "default") {
         if (std::optional<DType> dtype = parse_dtype(*text))
             spec.cache.dtype = *dtype;
         else
-            bad("cache_dtype", "f32, f16, bf16 or 'default'", *text);
+            reader.bad("cache_dtype", "f32, f16, bf16 or 'default'", *text);
     }
+}
+
+} // namespace
+
+AttentionSpec spec_from_params(const std::map<std::string, std::string> &params,
+                               std::vector<SpecError> &errors) {
+    // Unknown fields first, then each field's errors in the order below.
+    check_known_fields(params, errors);
+    const ParamReader reader{params, errors};
+    AttentionSpec spec;
+    read_shape(reader, spec);
+    read_projections_and_mask(reader, spec);
+    read_rope_and_cache(reader, spec);
     return spec;
 }
 

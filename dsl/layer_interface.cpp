@@ -15,66 +15,108 @@ std::vector<TensorDim> entry_dims(const AttentionSpec &spec, const RuntimeTensor
     return dims;
 }
 
-std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
+namespace {
+
+using Kind = EntryArgument::Kind;
+using Symbol = TensorDim::Symbol;
+
+/** The call's sizes: dims that are not fixed at generation time. */
+constexpr TensorDim batch{Symbol::batch, 0}, queries{Symbol::queries, 0}, keys{Symbol::keys, 0};
+
+TensorDim fixed(int extent) {
+    return TensorDim{Symbol::fixed, extent};
+}
+
+/** Appends an input buffer in the layer's storage type. */
+void add(std::vector<EntryArgument> &args, const char *name, std::vector<TensorDim> dims) {
+    args.push_back({name, Kind::buffer, false, false, std::move(dims)});
+}
+
+/** The layer's own inputs: x (and context) with the weights and biases, or Q, K and V. */
+void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
     const int dim = spec.resolved_head_dim();
     const int heads = spec.heads;
     const int kv = spec.resolved_kv_heads();
     const int width = spec.resolved_model_dim();
     const Projections &proj = spec.projections;
-
-    using Kind = EntryArgument::Kind;
-    using Symbol = TensorDim::Symbol;
-    const TensorDim batch{Symbol::batch, 0}, queries{Symbol::queries, 0}, keys{Symbol::keys, 0};
-    auto fixed = [](int extent) { return TensorDim{Symbol::fixed, extent}; };
-    std::vector<EntryArgument> args;
-    auto add = [&](const char *name, std::vector<TensorDim> dims) {
-        args.push_back({name, Kind::buffer, false, false, std::move(dims)});
-    };
     if (proj.any()) {
         // In self-attention the keys are x's own positions: x's length is both Lq and Lk.
-        add("x", {fixed(width), queries, batch});
+        add(args, "x", {fixed(width), queries, batch});
         if (spec.cross_attention)
-            add("context", {fixed(width), keys, batch});
-        add("wq", {fixed(width), fixed(heads * dim)});
-        add("wk", {fixed(width), fixed(kv * dim)});
-        add("wv", {fixed(width), fixed(kv * dim)});
+            add(args, "context", {fixed(width), keys, batch});
+        add(args, "wq", {fixed(width), fixed(heads * dim)});
+        add(args, "wk", {fixed(width), fixed(kv * dim)});
+        add(args, "wv", {fixed(width), fixed(kv * dim)});
         if (proj.bias) {
-            add("bq", {fixed(heads * dim)});
-            add("bk", {fixed(kv * dim)});
-            add("bv", {fixed(kv * dim)});
+            add(args, "bq", {fixed(heads * dim)});
+            add(args, "bk", {fixed(kv * dim)});
+            add(args, "bv", {fixed(kv * dim)});
         }
         if (proj.out) {
-            add("wo", {fixed(heads * dim), fixed(width)});
+            add(args, "wo", {fixed(heads * dim), fixed(width)});
             if (proj.bias)
-                add("bo", {fixed(width)});
+                add(args, "bo", {fixed(width)});
         }
     } else {
         // With a cache, the keys and values given are the new tokens'.
         const TensorDim new_keys = spec.cache.any() ? queries : keys;
-        add("query", {fixed(dim), queries, fixed(heads), batch});
-        add("key", {fixed(dim), new_keys, fixed(kv), batch});
-        add("value", {fixed(dim), new_keys, fixed(kv), batch});
+        add(args, "query", {fixed(dim), queries, fixed(heads), batch});
+        add(args, "key", {fixed(dim), new_keys, fixed(kv), batch});
+        add(args, "value", {fixed(dim), new_keys, fixed(kv), batch});
     }
+}
+
+/** A cached layer's inputs: k_cache and v_cache, block_table when paged, and the lengths. */
+void add_cache_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
+    const int dim = spec.resolved_head_dim();
+    const int kv = spec.resolved_kv_heads();
     const CacheSpec &cache = spec.cache;
-    if (cache.any()) {
-        // Capacity, blocks and max_blocks are the call's: `keys` stands for a size of its own.
-        const std::vector<TensorDim> cache_dims =
-            cache.kind == CacheSpec::Kind::paged
-                ? std::vector<TensorDim>{fixed(dim), fixed(cache.block_size), fixed(kv), keys}
-                : std::vector<TensorDim>{fixed(dim), keys, fixed(kv), batch};
-        for (const char *name : {"k_cache", "v_cache"}) {
-            add(name, cache_dims);
-            args.back().is_cache = true;
-        }
-        if (cache.kind == CacheSpec::Kind::paged)
-            args.push_back({"block_table", Kind::buffer, true, false, {keys, batch}});
-        for (const char *name : {"cache_lengths", "query_lengths"})
-            args.push_back({name, Kind::buffer, true, false, {batch}});
+    // Capacity, blocks and max_blocks are the call's: `keys` stands for a size of its own.
+    const std::vector<TensorDim> cache_dims =
+        cache.kind == CacheSpec::Kind::paged
+            ? std::vector<TensorDim>{fixed(dim), fixed(cache.block_size), fixed(kv), keys}
+            : std::vector<TensorDim>{fixed(dim), keys, fixed(kv), batch};
+    for (const char *name : {"k_cache", "v_cache"}) {
+        add(args, name, cache_dims);
+        args.back().is_cache = true;
     }
+    if (cache.kind == CacheSpec::Kind::paged)
+        args.push_back({"block_table", Kind::buffer, true, false, {keys, batch}});
+    for (const char *name : {"cache_lengths", "query_lengths"})
+        args.push_back({name, Kind::buffer, true, false, {batch}});
+}
+
+/** The outputs: `out`, and a cached layer's k_new and v_new. */
+void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
+    const int dim = spec.resolved_head_dim();
+    const int heads = spec.heads;
+    const int kv = spec.resolved_kv_heads();
+    const int width = spec.resolved_model_dim();
+    if (spec.projections.out)
+        args.push_back({"out", Kind::output, false, false, {fixed(width), queries, batch}});
+    else
+        args.push_back(
+            {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
+    if (spec.cache.any())
+        for (const char *name : {"k_new", "v_new"}) {
+            args.push_back(
+                {name, Kind::output, false, false, {fixed(dim), queries, fixed(kv), batch}});
+            args.back().is_cache = true;
+            args.back().is_internal = true;
+        }
+}
+
+} // namespace
+
+std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
+    std::vector<EntryArgument> args;
+    add_layer_inputs(spec, args);
+    if (spec.cache.any())
+        add_cache_inputs(spec, args);
     if (spec.mask.key_padding)
         args.push_back({"key_lengths", Kind::buffer, true, false, {batch}});
     if (spec.mask.additive)
-        add("attn_bias", {keys, queries, fixed(heads), batch});
+        add(args, "attn_bias", {keys, queries, fixed(spec.heads), batch});
     if (spec.rope.table)
         for (const char *name : {"rope_cos", "rope_sin"}) // f32 whatever the layer stores
             args.push_back(
@@ -84,22 +126,11 @@ std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
             {tensor.name, Kind::buffer, tensor.is_int32, true, entry_dims(spec, tensor)});
     for (const RuntimeScalar &scalar : spec.scalars)
         args.push_back({scalar.name, Kind::scalar, scalar.is_int32, true, {}});
-    if (cache.any()) {
+    if (spec.cache.any()) {
         args.push_back({"key_count", Kind::scalar, true, false, {}});
         args.back().is_internal = true;
     }
-    if (proj.out)
-        args.push_back({"out", Kind::output, false, false, {fixed(width), queries, batch}});
-    else
-        args.push_back(
-            {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
-    if (cache.any())
-        for (const char *name : {"k_new", "v_new"}) {
-            args.push_back(
-                {name, Kind::output, false, false, {fixed(dim), queries, fixed(kv), batch}});
-            args.back().is_cache = true;
-            args.back().is_internal = true;
-        }
+    add_outputs(spec, args);
     return args;
 }
 

@@ -116,11 +116,24 @@ void pack_transposed(Func weight, int outputs, int lanes) {
 /** The register tile of the in-place projection: rows x outputs partial-sum vectors. */
 constexpr int dot_rows = 4, dot_outputs = 3;
 
+/** A projection `stage(out, row, ...) += a(r, ..., row) * weight(r, ..., out)` read in place. */
+struct InPlaceProjection {
+    Func tiled;  ///< the stage's root wrapper or consumer, which holds the tiles
+    Func stage;  ///< the reduction
+    Func weight; ///< the caller's nn.Linear weight, contiguous along r
+    int r_extent;
+    Var out;
+    int out_extent;
+    Var row;
+    std::vector<Var> outer; ///< further pure loops of `tiled`, run as parallel tasks
+    int out_tiles_per_task; ///< output tiles per task; 0: all of them
+};
+
 /**
- * Schedules a projection `stage(out_var, row_var, ...) += a(r, ..., row) * w(r, ..., out)` as
+ * Schedules a projection (InPlaceProjection) as
  * dot products along r = stage.rvars(0)[0] (any further reduction loops run outside it), where
  * both the activations and the caller's nn.Linear weight are contiguous along r, so the weight
- * is read in place rather than packed. `tiled`, the stage's root wrapper or consumer, is split
+ * is read in place rather than packed. `tiled` is split
  * into tiles of dot_rows rows x dot_outputs outputs, in parallel tasks over blocks of rows and
  * the `outer` vars, and over blocks of `out_tiles_per_task` output tiles where that is nonzero.
  * Each tile keeps one vector of partial sums per (row, output) in registers across r and
@@ -129,15 +142,16 @@ constexpr int dot_rows = 4, dot_outputs = 3;
  * block of rows streams the whole weight from L3 again, which is why prefill uses the packed
  * GEMM or transposes the activations.
  */
-void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_extent,
-                                  const Var &out_var, int out_extent, const Var &row_var,
-                                  const std::vector<Var> &outer, int out_tiles_per_task,
-                                  int lanes) {
-    const int r_lanes = vector_width_dividing(r_extent, lanes);
-    const int tile_outputs = std::min(dot_outputs, out_extent);
+void schedule_projection_in_place(const InPlaceProjection &projection, int lanes) {
+    Func tiled = projection.tiled, stage = projection.stage;
+    const Var &out_var = projection.out, &row_var = projection.row;
+    const int out_tiles_per_task = projection.out_tiles_per_task;
+    const int r_lanes = vector_width_dividing(projection.r_extent, lanes);
+    const int tile_outputs = std::min(dot_outputs, projection.out_extent);
     Var out_outer{out_var.name() + "_outer"}, out_inner{out_var.name() + "_inner"};
     Var row_outer{row_var.name() + "_outer"}, row_inner{row_var.name() + "_inner"};
     Var out_task{out_var.name() + "_task"}, task{stage.name() + "_task"};
+    Func weight = projection.weight;
     weight.compute_inline();
 
     // Rows may be fewer than a tile (decode): guard them rather than shift below row 0. The
@@ -153,7 +167,7 @@ void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_ext
             .reorder(out_outer, row_outer, out_task);
         tasks.push_back(out_task);
     }
-    tasks.insert(tasks.end(), outer.begin(), outer.end());
+    tasks.insert(tasks.end(), projection.outer.begin(), projection.outer.end());
     tiled.fuse(tasks[0], tasks[1], task);
     for (size_t i = 2; i < tasks.size(); i++)
         tiled.fuse(task, tasks[i], task);
@@ -169,15 +183,24 @@ void schedule_projection_in_place(Func tiled, Func stage, Func weight, int r_ext
                            {rvars.begin() + 1, rvars.end()});
 }
 
+/** A GEMM's register tile: `vector_var` (in vectors of `vec`) x `other`. */
+struct RegisterTile {
+    Var vector_var;
+    int vector_extent;
+    int vec;
+    Var other;
+    int other_extent;
+};
+
 /**
- * Computes `stage`, a GEMM's register tile, at `at`: `vector_var` (extent `vector_extent`, in
- * vectors of `vec`) x `other` (extent `other_extent`), both unrolled so that the accumulators
- * stay in registers, stored and looped `vector_var` innermost; its update runs the
- * `reduction` loops (innermost first) outside the tile.
+ * Computes `stage`, a GEMM's register tile, at `at`: both of the tile's vars unrolled so that
+ * the accumulators stay in registers, stored and looped `vector_var` innermost; its update
+ * runs the `reduction` loops (innermost first) outside the tile.
  */
-void schedule_register_tile(Func stage, const Halide::LoopLevel &at, const Var &vector_var,
-                            int vector_extent, int vec, const Var &other, int other_extent,
+void schedule_register_tile(Func stage, const Halide::LoopLevel &at, const RegisterTile &tile,
                             const std::vector<Halide::VarOrRVar> &reduction) {
+    const Var &vector_var = tile.vector_var, &other = tile.other;
+    const int vector_extent = tile.vector_extent, vec = tile.vec, other_extent = tile.other_extent;
     stage.compute_at(at)
         .bound_extent(vector_var, vector_extent)
         .bound_extent(other, other_extent)
@@ -192,7 +215,21 @@ void schedule_register_tile(Func stage, const Halide::LoopLevel &at, const Var &
 }
 
 /**
- * Tiles the packed GEMM `stage(out, row, group, b) += a(r..., row) * w(r..., out...)`, whose
+ * The loops of a projection GEMM `stage(out, row, group, b) += a(r..., row) * w(r..., out...)`
+ * and the Func that holds its tiles.
+ */
+struct GemmLoops {
+    Func tiled; ///< the stage's root wrapper or consumer
+    Func stage;
+    Var out, row;
+    Var group;      ///< an outer part of the outputs
+    int group_size; ///< values of group per task; divides its extent
+    Var b;
+    std::vector<Halide::VarOrRVar> reduction; ///< the update's loops, innermost first
+};
+
+/**
+ * Tiles the packed GEMM `gemm`, whose
  * weight is packed (pack_transposed), into its root wrapper `tiled`. A task takes
  * params.gemm_task_rows rows of one batch and `group_size` values of `group` (an outer part
  * of the outputs; group_size divides its extent), and walks its panels of `block` outputs,
@@ -201,10 +238,10 @@ void schedule_register_tile(Func stage, const Halide::LoopLevel &at, const Var &
  * rows pass by. `reduction` lists the update's loops, innermost first; `in_task`, further pure
  * loops of `tiled` to run inside a task (outside `group`). Returns the task loop.
  */
-Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, const Var &group,
-                     int group_size, const Var &b, int vec, int block,
-                     const std::vector<Halide::VarOrRVar> &reduction,
-                     const CpuScheduleParams &params, const std::vector<Var> &in_task = {}) {
+Var tile_packed_gemm(const GemmLoops &gemm, int vec, int block, const CpuScheduleParams &params,
+                     const std::vector<Var> &in_task = {}) {
+    Func tiled = gemm.tiled, stage = gemm.stage;
+    const Var &out = gemm.out, &row = gemm.row, &group = gemm.group, &b = gemm.b;
     const int gemm_rows = params.gemm_rows;
     Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
     Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
@@ -213,7 +250,7 @@ Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, con
     // Rows may be fewer than a tile: guard them rather than shift below row 0.
     tiled.split(row, row_task, row, params.gemm_task_rows, TailStrategy::GuardWithIf)
         .split(row, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
-        .split(group, group_task, group, group_size)
+        .split(group, group_task, group, gemm.group_size)
         .split(out, out_outer, out_inner, block);
     std::vector<Halide::VarOrRVar> loops{out_inner, row_inner, row_outer, out_outer, group};
     loops.insert(loops.end(), in_task.begin(), in_task.end());
@@ -225,8 +262,8 @@ Var tile_packed_gemm(Func tiled, Func stage, const Var &out, const Var &row, con
         .fuse(group_task, row_task, task)
         .fuse(task, b, task)
         .parallel(task);
-    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer), out, block, vec, row,
-                           gemm_rows, reduction);
+    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer),
+                           {out, block, vec, row, gemm_rows}, gemm.reduction);
     return task;
 }
 
@@ -249,24 +286,33 @@ int gemm_task_heads(int outputs, int head_dim) {
     return largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
 }
 
-/**
- * Schedules a Q, K or V projection `stage(d, row, h, b) += rows(r, row, b) * w(r, h *
- * head_dim + d)` as a packed GEMM (tile_packed_gemm), for prefill: tasks of whole heads, and
- * each task copies its rows of activations once, so that the inner loop reads them at fixed
- * strides with no clamps left in it. The fused Q/K/V projection, `stage(d, row, p, h, b)` over
- * `w(r, out, p)`, passes `in_task` = {p}: its three slices share each task's copy.
+/** A Q, K or V projection: `stage(d, row, h, b) += rows(r, row, b) * weight(r, h * head_dim + d)`.
  */
-void schedule_projection_packed(Func stage, Func weight, Func rows, int outputs, int head_dim,
-                                const Var &d, const Var &row, const Var &h, const Var &b, int lanes,
+struct Projection {
+    Func stage, weight, rows;
+    int outputs;
+};
+
+/**
+ * Schedules a Q, K or V projection (Projection) as a packed GEMM (tile_packed_gemm), for prefill:
+ * tasks of whole heads, and each task copies its rows of activations once, so that the inner loop
+ * reads them at fixed strides with no clamps left in it. The fused Q/K/V projection, `stage(d, row,
+ * p, h, b)` over `w(r, out, p)`, passes `in_task` = {p}: its three slices share each task's copy.
+ */
+void schedule_projection_packed(const Projection &projection, const AttentionStages &s, int lanes,
                                 const CpuScheduleParams &params,
                                 const std::vector<Var> &in_task = {}) {
-    pack_transposed(weight, outputs, lanes);
+    const int head_dim = s.spec.resolved_head_dim();
+    Func stage = projection.stage, rows = projection.rows;
+    pack_transposed(projection.weight, projection.outputs, lanes);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Func tiled = stage.in();
     tiled.compute_root();
-    Var task =
-        tile_packed_gemm(tiled, stage, d, row, h, gemm_task_heads(outputs, head_dim), b, d_vec,
-                         panel_width(head_dim, d_vec), {stage.rvars(0)[0]}, params, in_task);
+    const GemmLoops gemm{tiled, stage,
+                         s.d,   stage.args()[1],
+                         s.h,   gemm_task_heads(projection.outputs, head_dim),
+                         s.b,   {stage.rvars(0)[0]}};
+    Var task = tile_packed_gemm(gemm, d_vec, panel_width(head_dim, d_vec), params, in_task);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
@@ -309,24 +355,23 @@ void transposed_rows(Func rows, const std::vector<Func> &readers, int lanes) {
 }
 
 /**
- * Schedules a projection `stage(out, row, group...) += rows_t(r..., row) * w(r..., out...)`
+ * Schedules a projection GEMM (GemmLoops, reading activations rows_t transposed)
  * with the caller's nn.Linear weight read in place, for prefill: a register tile holds
- * `row_vectors` vectors of rows x `tile_outputs` outputs, and each step of the reduction loads
- * one vector of the activations (transposed: transposed_rows) per row vector and
- * broadcasts one weight element per output. `tiled`, the stage's root wrapper, is stored rows
- * innermost. A task takes `task_tiles` row tiles and `group_size` values of `group` (an outer
- * part of the outputs) and walks its output tiles, each over the task's row tiles: the tile's
- * weight rows stay in L1 while the rows pass, the task's activations in L2. `reduction` lists
- * the update's loops, innermost first. Against packing each weight once per call
- * (schedule_projection_packed), this reads each weight once and transposes the activations
- * instead, which costs as many bytes as the activations rather than the weights.
+ * params.gemm_row_vectors vectors of rows x `tile_outputs` outputs, and each step of the reduction
+ * loads one vector of the activations (transposed: transposed_rows) per row vector and broadcasts
+ * one weight element per output. `tiled`, the stage's root wrapper, is stored rows innermost. A
+ * task takes params.gemm_task_tiles row tiles and `group_size` values of `group` (an outer part of
+ * the outputs) and walks its output tiles, each over the task's row tiles: the tile's weight rows
+ * stay in L1 while the rows pass, the task's activations in L2. `reduction` lists the update's
+ * loops, innermost first. Against packing each weight once per call (schedule_projection_packed),
+ * this reads each weight once and transposes the activations instead, which costs as many bytes as
+ * the activations rather than the weights.
  */
-void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Var &out,
-                                   int tile_outputs, const Var &row, const Var &group,
-                                   int group_size, const Var &b,
-                                   const std::vector<Halide::VarOrRVar> &reduction, int row_vectors,
-                                   int task_tiles, int lanes) {
-    const int tile_rows = row_vectors * lanes;
+void schedule_projection_broadcast(const GemmLoops &gemm, Func weight, int tile_outputs,
+                                   const CpuScheduleParams &params, int lanes) {
+    Func tiled = gemm.tiled, stage = gemm.stage;
+    const Var &out = gemm.out, &row = gemm.row, &group = gemm.group, &b = gemm.b;
+    const int tile_rows = params.gemm_row_vectors * lanes;
     weight.compute_inline();
     Var out_outer{out.name() + "_outer"}, out_inner{out.name() + "_inner"};
     Var row_task{row.name() + "_task"}, row_outer{row.name() + "_outer"},
@@ -339,8 +384,8 @@ void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Va
     tiled.compute_root()
         .reorder_storage(storage)
         .split(row, row_outer, row_inner, tile_rows, TailStrategy::RoundUp)
-        .split(row_outer, row_task, row_outer, task_tiles, TailStrategy::GuardWithIf)
-        .split(group, group_task, group, group_size)
+        .split(row_outer, row_task, row_outer, params.gemm_task_tiles, TailStrategy::GuardWithIf)
+        .split(group, group_task, group, gemm.group_size)
         .split(out, out_outer, out_inner, tile_outputs)
         .reorder(row_inner, out_inner, row_outer, out_outer, group, group_task, row_task, b)
         .vectorize(row_inner, lanes)
@@ -348,8 +393,51 @@ void schedule_projection_broadcast(Func tiled, Func stage, Func weight, const Va
         .unroll(out_inner)
         .fuse(group_task, row_task, task)
         .parallel(task);
-    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer), row, tile_rows, lanes, out,
-                           tile_outputs, reduction);
+    schedule_register_tile(stage, Halide::LoopLevel(tiled, row_outer),
+                           {row, tile_rows, lanes, out, tile_outputs}, gemm.reduction);
+}
+
+/**
+ * The split-KV form's P·V (schedule_split_kv), per task at `at`: each V row is read once from
+ * memory, whole, into the group's accumulators: in registers a block of keys at a time where
+ * they fit (cpu_kv_value_block), else in L1.
+ */
+void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, int d_vec) {
+    const int head_dim = s.spec.resolved_head_dim();
+    const int group = s.spec.group_size();
+    Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
+    s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
+    if (s.options.kv_value_block == 0) {
+        // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
+        // Blocks of head_dim held in registers instead would read V in strided passes.
+        s.part_out.update()
+            .reorder(d, h, s.r_values.x, q, j, b)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h);
+    } else {
+        // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
+        // into the accumulators of as many heads as fit, the block's rows read again from L1
+        // for the group's other heads; one load-add-store of each accumulator per block rather
+        // than per key. Whole rows, not blocks of head_dim, which would read V in strided passes.
+        const int row_vectors = head_dim / d_vec;
+        const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
+        Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
+        const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
+        Func tile = s.part_out.update().rfactor(blocks, block);
+        s.part_out.update()
+            .split(h, h_outer, h_inner, heads)
+            .reorder(d, h_inner, h_outer, blocks, q, j, b)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h_inner);
+        tile.compute_at(s.part_out, h_outer)
+            .bound_extent(h, heads)
+            .vectorize(d, d_vec)
+            .unroll(d)
+            .unroll(h);
+        tile.update().reorder(d, h, keys).vectorize(d, d_vec).unroll(d).unroll(h);
+    }
 }
 
 /**
@@ -404,38 +492,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .reorder(h, k, q, b)
         .vectorize(h, h_vec);
 
-    s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
-    if (s.options.kv_value_block == 0) {
-        // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
-        // Blocks of head_dim held in registers instead would read V in strided passes.
-        s.part_out.update()
-            .reorder(d, h, s.r_values.x, q, j, b)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(h);
-    } else {
-        // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
-        // into the accumulators of as many heads as fit, the block's rows read again from L1
-        // for the group's other heads; one load-add-store of each accumulator per block rather
-        // than per key. Whole rows, not blocks of head_dim, which would read V in strided passes.
-        const int row_vectors = head_dim / d_vec;
-        const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
-        Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
-        const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
-        Func tile = s.part_out.update().rfactor(blocks, block);
-        s.part_out.update()
-            .split(h, h_outer, h_inner, heads)
-            .reorder(d, h_inner, h_outer, blocks, q, j, b)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(h_inner);
-        tile.compute_at(s.part_out, h_outer)
-            .bound_extent(h, heads)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(h);
-        tile.update().reorder(d, h, keys).vectorize(d, d_vec).unroll(d).unroll(h);
-    }
+    schedule_split_kv_values(s, at, d_vec);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
     Var combine{"combine_task"};
@@ -512,22 +569,6 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 
 } // namespace
 
-int cpu_default_split_chunk(const std::string &shape_class) {
-    if (shape_class != "decode")
-        return 0;
-    // Each chunk is a task of the K pass and of the V pass. 512 keys: long enough that a
-    // task's overhead is small, short enough that Lk = 1024 gives both cores work.
-    return 512;
-}
-
-int cpu_default_flash_chunk(const std::string &shape_class) {
-    if (shape_class == "decode")
-        return 0;
-    // A chunk's scores and probabilities (24 queries x 256 keys, 24 KiB each at f32) and its
-    // V rows are reused from L1 and L2 rather than streamed from a whole row of the tile.
-    return 256;
-}
-
 int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
                        int head_dim) {
     const int lanes = target.natural_vector_size<float>();
@@ -557,305 +598,424 @@ bool cpu_reverse_queries(const AttentionSpec &spec, const Halide::Target &target
     return spec.mask.causal && params.split_chunk <= 0 && !is_power_of_two(tile);
 }
 
-void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
-                        const CpuScheduleParams &params) {
-    const int lanes = target.natural_vector_size<float>();
-    const int head_dim = s.spec.resolved_head_dim();
-    const int query_tile = cpu_query_tile(target, params);
-    // A P·V block cannot be taller than the tile it splits: Halide would shift the last block
-    // below query 0 (found by `attngen tune`: value_queries 12 with an 8-query tile).
-    const int query_block = std::min(params.value_queries, query_tile);
-    const int d_vec = vector_width_dividing(head_dim, lanes);
-    int d_block = d_vec;
-    while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
-        d_block *= 2;
-    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
-    // The whole-row and flash forms without projections copy K per call and Q per tile.
-    const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
-    schedule_rope(s, lanes, copies_heads && !s.spec.cache.any());
+namespace {
 
-    if (s.spec.projections.any()) {
-        const int model_dim = s.spec.resolved_model_dim();
-        const int q_outputs = s.spec.heads * head_dim;
-        const int kv_outputs = s.spec.resolved_kv_heads() * head_dim;
-        const std::tuple<Func, Func, Func, int> projections[] = {
-            {s.q_proj, s.q_weight, s.q_rows, q_outputs},
-            {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
-            {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
-        // Self-attention, prefill, fused_qkv: Q, K and V are the slices p of one GEMM, and a
-        // task's rows of x, copied once, serve all three (p runs inside the task).
-        if (s.options.fused_qkv)
-            schedule_projection_packed(s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs, head_dim, d,
-                                       s.qkv_proj.args()[1], h, b, lanes, params,
-                                       {s.qkv_proj.args()[2]});
-        // Prefill with the weights read in place: one transposed copy of each activation source
-        // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
-        // back for P·V, which reads V rows along head_dim.
-        const bool weights_in_place = params.split_chunk <= 0 && !params.packed_weights;
-        if (weights_in_place && !s.options.fused_qkv) {
-            if (!s.spec.cross_attention) {
-                transposed_rows(s.q_rows, {s.q_proj, s.k_proj, s.v_proj}, lanes);
-            } else {
-                transposed_rows(s.q_rows, {s.q_proj}, lanes);
-                transposed_rows(s.kv_rows, {s.k_proj, s.v_proj}, lanes);
-            }
-            schedule_transpose(s.v_heads, d, s.v_heads.args()[1], lanes);
+/**
+ * What the functions of the query-tile schedule share: the sizes derived once from the target,
+ * the spec and the parameters, and the pipeline's loop variables.
+ */
+struct CpuPlan {
+    CpuScheduleParams params;
+    int lanes;
+    int head_dim;
+    int query_tile;
+    /// The P·V register block's queries: value_queries, but no taller than the tile it splits
+    /// (Halide would shift the last block below query 0).
+    int value_queries;
+    int d_vec;   ///< the vector along head_dim
+    int d_block; ///< the P·V register block's features: d_vectors vectors that divide head_dim
+    Var d, q, k, h, b;
+};
+
+CpuPlan cpu_plan(const AttentionStages &s, const Halide::Target &target,
+                 const CpuScheduleParams &params) {
+    CpuPlan plan{params,
+                 target.natural_vector_size<float>(),
+                 s.spec.resolved_head_dim(),
+                 0,
+                 0,
+                 0,
+                 0,
+                 s.d,
+                 s.q,
+                 s.k,
+                 s.h,
+                 s.b};
+    plan.query_tile = cpu_query_tile(target, params);
+    plan.value_queries = std::min(params.value_queries, plan.query_tile);
+    plan.d_vec = vector_width_dividing(plan.head_dim, plan.lanes);
+    plan.d_block = plan.d_vec;
+    while (plan.d_block < params.d_vectors * plan.d_vec && plan.head_dim % (2 * plan.d_block) == 0)
+        plan.d_block *= 2;
+    return plan;
+}
+
+/**
+ * The Q, K and V projections: one packed GEMM for the fused form; in decode, dot products that
+ * read the weights in place; in prefill, GEMMs that broadcast the weights in place or read them
+ * packed (params.packed_weights).
+ */
+void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
+    const CpuScheduleParams &params = plan.params;
+    const int lanes = plan.lanes, head_dim = plan.head_dim;
+    const int model_dim = s.spec.resolved_model_dim();
+    const int q_outputs = s.spec.heads * head_dim;
+    const int kv_outputs = s.spec.resolved_kv_heads() * head_dim;
+    const Projection projections[] = {{s.q_proj, s.q_weight, s.q_rows, q_outputs},
+                                      {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
+                                      {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
+    // Self-attention, prefill, fused_qkv: Q, K and V are the slices p of one GEMM, and a
+    // task's rows of x, copied once, serve all three (p runs inside the task).
+    if (s.options.fused_qkv) {
+        schedule_projection_packed({s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs}, s, lanes,
+                                   params, {s.qkv_proj.args()[2]});
+        return; // q_proj, k_proj and v_proj are its slices, inlined
+    }
+    // Prefill with the weights read in place: one transposed copy of each activation source
+    // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
+    // back for P·V, which reads V rows along head_dim.
+    const bool weights_in_place = params.split_chunk <= 0 && !params.packed_weights;
+    if (weights_in_place) {
+        if (!s.spec.cross_attention) {
+            transposed_rows(s.q_rows, {s.q_proj, s.k_proj, s.v_proj}, lanes);
+        } else {
+            transposed_rows(s.q_rows, {s.q_proj}, lanes);
+            transposed_rows(s.kv_rows, {s.k_proj, s.v_proj}, lanes);
         }
-        for (auto [stage, weight, rows, outputs] : projections) {
-            if (s.options.fused_qkv)
-                break; // q_proj, k_proj and v_proj are its slices, inlined
-            // Decode: a few queries, so Q's weight is read once either way and packing it would
-            // read and write it once more. K and V have as few rows in self-attention, but a
-            // cross-attention context is long, and in place each block of its rows would stream
-            // the whole weight again, so they are packed.
-            const bool few_rows = stage.name() == s.q_proj.name() || !s.spec.cross_attention;
-            if (params.split_chunk > 0 && few_rows) {
-                Func tiled = stage.in();
-                tiled.compute_root();
-                schedule_projection_in_place(tiled, stage, weight, model_dim, d, head_dim,
-                                             stage.args()[1], {h, b}, 0, lanes);
-            } else if (weights_in_place) {
-                schedule_projection_broadcast(
-                    stage.in(), stage, weight, d,
-                    largest_divisor_at_most(head_dim, params.gemm_outputs), stage.args()[1], h,
-                    gemm_task_heads(outputs, head_dim), b, {stage.rvars(0)[0]},
-                    params.gemm_row_vectors, params.gemm_task_tiles, lanes);
-            } else {
-                schedule_projection_packed(stage, weight, rows, outputs, head_dim, d,
-                                           stage.args()[1], h, b, lanes, params);
-            }
+        schedule_transpose(s.v_heads, s.d, s.v_heads.args()[1], lanes);
+    }
+    for (const Projection &projection : projections) {
+        Func stage = projection.stage;
+        // Decode: a few queries, so Q's weight is read once either way and packing it would
+        // read and write it once more. K and V have as few rows in self-attention, but a
+        // cross-attention context is long, and in place each block of its rows would stream
+        // the whole weight again, so they are packed.
+        const bool few_rows = stage.name() == s.q_proj.name() || !s.spec.cross_attention;
+        if (params.split_chunk > 0 && few_rows) {
+            Func tiled = stage.in();
+            tiled.compute_root();
+            schedule_projection_in_place({tiled,
+                                          stage,
+                                          projection.weight,
+                                          model_dim,
+                                          s.d,
+                                          head_dim,
+                                          stage.args()[1],
+                                          {s.h, s.b},
+                                          0},
+                                         lanes);
+        } else if (weights_in_place) {
+            const GemmLoops gemm{stage.in(), stage,
+                                 s.d,        stage.args()[1],
+                                 s.h,        gemm_task_heads(projection.outputs, head_dim),
+                                 s.b,        {stage.rvars(0)[0]}};
+            schedule_projection_broadcast(gemm, projection.weight,
+                                          largest_divisor_at_most(head_dim, params.gemm_outputs),
+                                          params, lanes);
+        } else {
+            schedule_projection_packed(projection, s, lanes, params);
         }
     }
+}
 
-    // `core` carries the attention tiles: the output itself, or attn_out at root when an output
-    // projection follows, or attn_reversed at root when the queries run last to first
-    // (AlgorithmOptions::reverse_queries); attn_out then reads it in place.
+/**
+ * Returns `core`, the Func that carries the attention tiles: the output itself, or attn_out at
+ * root when an output projection follows, or attn_reversed at root when the queries run last
+ * to first (AlgorithmOptions::reverse_queries); attn_out then reads it in place.
+ */
+Func schedule_core(AttentionStages &s, const CpuPlan &plan) {
     const bool reversed = s.options.reverse_queries;
     Func core = reversed ? s.attn_reversed : s.spec.projections.out ? s.attn_out : s.output;
     if (reversed || s.spec.projections.out)
         core.compute_root();
     if (core.name() != s.attn_out.name())
         s.attn_out.compute_inline();
-    if (reversed) {
-        // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
-        // uniform (AlgorithmOptions::query_tile).
-        core.align_bounds(q, query_tile);
-        if (!s.spec.projections.out) {
-            // The output is a copy in query order: tasks of 256 rows of a head.
-            Var task{"copy_task"}, rows{"copy_rows"};
-            s.output.split(q, rows, q, 256, TailStrategy::GuardWithIf)
-                .reorder(d, q, rows, h, b)
-                .fuse(rows, h, task)
-                .fuse(task, b, task)
-                .parallel(task)
-                .vectorize(d, d_vec);
-        }
+    if (!reversed)
+        return core;
+    // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
+    // uniform (AlgorithmOptions::query_tile).
+    core.align_bounds(plan.q, plan.query_tile);
+    if (!s.spec.projections.out) {
+        // The output is a copy in query order: tasks of 256 rows of a head.
+        Var task{"copy_task"}, rows{"copy_rows"};
+        s.output.split(plan.q, rows, plan.q, 256, TailStrategy::GuardWithIf)
+            .reorder(plan.d, plan.q, rows, plan.h, plan.b)
+            .fuse(rows, plan.h, task)
+            .fuse(task, plan.b, task)
+            .parallel(task)
+            .vectorize(plan.d, plan.d_vec);
     }
-    if (s.spec.projections.out) {
-        // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
-        core.reorder_storage(d, h, q, b);
-        const int model_dim = s.spec.resolved_model_dim();
-        if (params.split_chunk > 0) {
-            // Decode: a few rows, so the weight is read once in place rather than three times
-            // (read, written and read packed); tasks of 8 output tiles give the cores work.
-            schedule_projection_in_place(s.output, s.out_proj, s.o_weight, head_dim, s.c, model_dim,
-                                         q, {b}, 8, lanes);
-        } else if (!params.packed_weights) {
-            // The heads' outputs transposed (queries along the lanes), and the layer's output
-            // transposed back from a root copy.
-            Func tiled = s.out_proj.in(s.output);
-            Var c = s.c, c_group{"c_group"};
-            const int c_task = largest_divisor_at_most(model_dim, gemm_task_outputs);
-            tiled.split(c, c_group, c, c_task);
-            transposed_rows(s.attn_out, {s.out_proj}, lanes);
-            schedule_projection_broadcast(tiled, s.out_proj, s.o_weight, c,
-                                          largest_divisor_at_most(c_task, params.gemm_outputs), q,
-                                          c_group, 1, b, {s.r_concat.x, s.r_concat.y},
-                                          params.gemm_row_vectors, params.gemm_task_tiles, lanes);
-            schedule_transpose(s.output, c, q, lanes);
-        } else {
-            const int c_vec = vector_width_dividing(model_dim, lanes);
-            pack_transposed(s.o_weight, model_dim, lanes);
-            // Tasks of whole panels: a guarded partial panel would still read its whole width.
-            const int c_block = panel_width(model_dim, c_vec);
-            const int c_task =
-                c_block * largest_divisor_at_most(model_dim / c_block, gemm_task_outputs / c_block);
-            Var c = s.c, c_group{"c_group"};
-            s.output.split(c, c_group, c, c_task);
-            tile_packed_gemm(s.output, s.out_proj, c, q, c_group, 1, b, c_vec, c_block,
-                             {s.r_concat.x, s.r_concat.y}, params);
-        }
+    return core;
+}
+
+/**
+ * The output projection over `core`'s rows of concatenated heads: in decode, dot products that
+ * read the weight in place; in prefill, a GEMM that broadcasts the weight in place over
+ * transposed rows, or one that reads it packed (params.packed_weights).
+ */
+void schedule_output_projection(AttentionStages &s, Func core, const CpuPlan &plan) {
+    const CpuScheduleParams &params = plan.params;
+    const int lanes = plan.lanes;
+    const Var &q = plan.q, &b = plan.b;
+    // Rows of the concatenated heads contiguous, for the GEMM's broadcasts.
+    core.reorder_storage(plan.d, plan.h, q, b);
+    const int model_dim = s.spec.resolved_model_dim();
+    if (params.split_chunk > 0) {
+        // Decode: a few rows, so the weight is read once in place rather than three times
+        // (read, written and read packed); tasks of 8 output tiles give the cores work.
+        schedule_projection_in_place(
+            {s.output, s.out_proj, s.o_weight, plan.head_dim, s.c, model_dim, q, {b}, 8}, lanes);
+        return;
     }
+    Var c = s.c, c_group{"c_group"};
+    if (!params.packed_weights) {
+        // The heads' outputs transposed (queries along the lanes), and the layer's output
+        // transposed back from a root copy.
+        Func tiled = s.out_proj.in(s.output);
+        const int c_task = largest_divisor_at_most(model_dim, gemm_task_outputs);
+        tiled.split(c, c_group, c, c_task);
+        transposed_rows(s.attn_out, {s.out_proj}, lanes);
+        const GemmLoops gemm{tiled, s.out_proj, c, q, c_group, 1, b, {s.r_concat.x, s.r_concat.y}};
+        schedule_projection_broadcast(
+            gemm, s.o_weight, largest_divisor_at_most(c_task, params.gemm_outputs), params, lanes);
+        schedule_transpose(s.output, c, q, lanes);
+        return;
+    }
+    const int c_vec = vector_width_dividing(model_dim, lanes);
+    pack_transposed(s.o_weight, model_dim, lanes);
+    // Tasks of whole panels: a guarded partial panel would still read its whole width.
+    const int c_block = panel_width(model_dim, c_vec);
+    const int c_task =
+        c_block * largest_divisor_at_most(model_dim / c_block, gemm_task_outputs / c_block);
+    s.output.split(c, c_group, c, c_task);
+    const GemmLoops gemm{s.output, s.out_proj, c, q, c_group, 1, b, {s.r_concat.x, s.r_concat.y}};
+    tile_packed_gemm(gemm, c_vec, c_block, params);
+}
+
+/**
+ * The per-call copies of K (and of V, as copy_values says) of the whole-row and flash forms
+ * without projections.
+ */
+void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
+    // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
+    // straddle cache lines (slower in AVX2 code). An aligned f32 copy
+    // per call (and f16/bf16 are converted once) avoids that, in the forms that
+    // copy_values names: the whole-row form's V is a Func of its own, so a call that runs
+    // one form copies only that form's V.
+    // K always gets the same copy: its rows then sit at one constant stride, so the score
+    // block's keys are one base pointer and constant offsets rather than a clamped address
+    // per key (LLVM computed those in vector registers inside the dot-product loop).
+    const CopyValues copy_values = plan.params.copy_values;
+    std::vector<Func> copies = {s.k_heads};
+    const bool chunked = s.options.form == AttentionForm::chunks;
+    if (copy_values == CopyValues::all || (copy_values == CopyValues::flash && chunked))
+        copies.push_back(s.v_heads);
+    if (s.rows && copy_values == CopyValues::all)
+        copies.push_back(s.rows->v_heads);
+    for (Func heads : copies) {
+        Var task{"kv_task"};
+        heads.compute_root().fuse(plan.h, plan.b, task).parallel(task);
+        if (heads.name() == s.k_heads.name() && s.spec.rope.any() && !s.spec.cache.any())
+            vectorize_features(heads, s, plan.lanes); // rotates as it copies
+        else
+            heads.vectorize(plan.d, plan.d_vec);
+    }
+}
+
+/** Where a form's stages are computed within core's tiles. */
+struct TileLoops {
+    Func core;
+    Halide::LoopLevel tile_at; ///< one task: a query tile of a kv head's group
+    Halide::LoopLevel head_at; ///< one query head of the group, inside a task
+    int group;
+};
+
+/**
+ * Splits `stage` into the output's and the partials' register blocks: value_queries queries x
+ * d_block features, under the `outer` loops. Every loop inside a block is unrolled, so that
+ * LLVM keeps the block's accumulators in registers (a rolled loop indexes them, and they go to
+ * the stack).
+ */
+void output_blocks(Func stage, const Var &queries, std::vector<Halide::VarOrRVar> outer,
+                   const CpuPlan &plan) {
+    Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
+    outer.insert(outer.begin(), {d_inner, q_lane, d_outer, q_block});
+    stage.split(queries, q_block, q_lane, plan.value_queries)
+        .split(plan.d, d_outer, d_inner, plan.d_block)
+        .reorder(outer)
+        .vectorize(d_inner, plan.d_vec)
+        .unroll(d_inner)
+        .unroll(q_lane);
+}
+
+/**
+ * A row statistic vectorized along queries (no horizontal reductions), the tile's query
+ * vectors unrolled inside the loop over the reduction: independent chains of max and add,
+ * where one chain per vector waited on each add's latency.
+ */
+void row_statistic(Func stage, const Halide::LoopLevel &at, const Halide::RVar &r,
+                   const CpuPlan &plan) {
+    Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
+    stage.compute_at(at)
+        .bound_extent(plan.q, plan.query_tile)
+        .vectorize(plan.q, plan.lanes)
+        .unroll(plan.q);
+    stage.update()
+        .split(plan.q, q_vector, q_vlane, plan.lanes)
+        .reorder(q_vlane, q_vector, r)
+        .vectorize(q_vlane)
+        .unroll(q_vector);
+}
+
+/** A reduction into value_queries queries x d_block features held in registers, computed per
+ * block of `consumer` (output_blocks). */
+void register_block(Func stage, Func consumer, const Halide::RVar &r, const CpuPlan &plan) {
+    const Var &d = plan.d, &q = plan.q;
+    stage.compute_at(consumer, Var{"d_outer"})
+        .bound_extent(q, plan.value_queries)
+        .vectorize(d, plan.d_vec)
+        .unroll(d)
+        .unroll(q);
+    stage.update().reorder(d, q, r).vectorize(d, plan.d_vec).unroll(d).unroll(q);
+}
+
+/**
+ * The flash form's chunk partials, per tile: `partials` loops over chunks outermost, then the
+ * group's heads, so the scores and probabilities of a chunk stay in L1, the P·V blocks reuse
+ * the chunk's V rows from L1, and the group's heads reuse its K and V rows from L1 and L2. Then
+ * the combine, per head of the tile.
+ */
+void schedule_chunk_partials(AttentionStages &t, const TileLoops &tiles, const CpuPlan &plan) {
+    const Var &q = plan.q, &h = plan.h, &b = plan.b, &j = t.j;
+    t.partials.compute_at(tiles.tile_at)
+        .bound_extent(q, plan.query_tile)
+        .bound_extent(h, tiles.group);
+    std::vector<Halide::VarOrRVar> outer = {h, j, b};
+    if (t.options.alternate_chunks) {
+        // Tiles start at query 0 (the output's rows are 0 to Lq - 1): one per task.
+        t.partials.bound_extent(t.q_tile, 1);
+        outer.insert(outer.end() - 1, t.q_tile);
+    }
+    output_blocks(t.partials, q, outer, plan);
+    // One chunk per iteration; stored queries innermost so the vectors are dense.
+    t.part_out.bound_extent(j, 1);
+    for (Func stage : {t.part_max, t.part_sum})
+        stage.bound_extent(j, 1).reorder_storage(q, j);
+    // The combine: chunk weights and row sums along queries, the weighted partial outputs in
+    // the same register blocks as the output.
+    row_statistic(t.row_max, tiles.head_at, t.r_chunks.x, plan);
+    row_statistic(t.row_sum, tiles.head_at, t.r_chunks.x, plan);
+    t.part_scale.compute_at(tiles.head_at)
+        .bound_extent(q, plan.query_tile)
+        .reorder_storage(q, j)
+        .reorder(q, j)
+        .vectorize(q, plan.lanes)
+        .unroll(q);
+    register_block(t.weighted_sum, tiles.core, t.r_chunks.x, plan);
+}
+
+/** Scores in register blocks of key_block keys x query_tile queries, masked as they are made. */
+void schedule_score_blocks(AttentionStages &t, const Halide::LoopLevel &rows_at,
+                           const CpuPlan &plan) {
+    const Var &q = plan.q, &k = plan.k;
+    const int lanes = plan.lanes, key_block = plan.params.key_block;
+    Var k_outer{"k_outer"}, k_inner{"k_inner"};
+    t.masked.compute_at(rows_at)
+        .bound_extent(q, plan.query_tile)
+        .reorder_storage(q, k)
+        .split(k, k_outer, k_inner, key_block)
+        .reorder(q, k_inner, k_outer)
+        .vectorize(q, lanes)
+        .unroll(q)
+        .unroll(k_inner);
+    t.scores.compute_at(t.masked, k_outer)
+        .bound_extent(q, plan.query_tile)
+        .bound_extent(k, key_block)
+        .reorder_storage(q, k)
+        .reorder(q, k)
+        .vectorize(q, lanes)
+        .unroll(q)
+        .unroll(k);
+    t.scores.update().reorder(q, k, t.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
+}
+
+/**
+ * The stages from the scores to weighted_sum of one form, `t`: the flash form (the chunks form)
+ * walks the keys in chunks inside the tile (schedule_chunk_partials); without chunks each
+ * head's whole rows are computed at once.
+ */
+void schedule_form(AttentionStages &t, const TileLoops &tiles, const CpuPlan &plan) {
+    const Var &q = plan.q, &d = plan.d;
+    const bool flash = t.options.form == AttentionForm::chunks;
+    // The group's scaled queries, transposed so that queries are the vector lanes: once per
+    // tile for the whole group in the flash form, whose chunks take the group's heads in
+    // turn; per head with whole rows. The last tile of a row may be short (GuardWithIf);
+    // bounding the extents of the stages inside a tile keeps their loops constant so they
+    // unroll and vectorize.
+    t.q_heads.in(t.scores)
+        .compute_at(flash ? tiles.tile_at : tiles.head_at)
+        .bound_extent(q, plan.query_tile)
+        .bound_extent(plan.h, flash ? tiles.group : 1)
+        .reorder_storage(q, d)
+        .reorder(q, d)
+        .vectorize(q, plan.lanes);
+
+    Halide::LoopLevel rows_at = tiles.head_at;
+    Func max_stage = t.row_max, sum_stage = t.row_sum, out_stage = t.weighted_sum;
+    Func block_consumer = tiles.core;
+    if (flash) {
+        schedule_chunk_partials(t, tiles, plan);
+        rows_at = Halide::LoopLevel(t.partials, plan.h);
+        max_stage = t.part_max;
+        sum_stage = t.part_sum;
+        out_stage = t.part_out;
+        block_consumer = t.partials;
+    }
+    schedule_score_blocks(t, rows_at, plan);
+
+    // The softmax of the rows (or chunk), then P·V.
+    row_statistic(max_stage, rows_at, t.r_keys.x, plan);
+    t.probs.compute_at(rows_at)
+        .bound_extent(q, plan.query_tile)
+        .reorder_storage(q, plan.k)
+        .reorder(q, plan.k)
+        .vectorize(q, plan.lanes)
+        .unroll(q);
+    row_statistic(sum_stage, rows_at, t.r_keys.x, plan);
+    register_block(out_stage, block_consumer, t.r_values.x, plan);
+}
+
+/**
+ * The query-tile form's tasks: a task is a query tile of every query head of one kv head's
+ * group (g runs inside it), so the group's heads share each K/V chunk while it is in cache.
+ */
+void schedule_query_tiles(AttentionStages &s, Func core, const CpuPlan &plan) {
+    const int group = s.spec.group_size();
+    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
+    core.split(plan.q, q_outer, q_inner, plan.query_tile, TailStrategy::GuardWithIf)
+        .split(plan.h, kv, g, group);
+    output_blocks(core, q_inner, {g, q_outer, kv, plan.b}, plan);
+    core.fuse(q_outer, kv, tile).fuse(tile, plan.b, tile).parallel(tile);
+    const TileLoops tiles{core, Halide::LoopLevel(core, tile), Halide::LoopLevel(core, g), group};
+    schedule_form(s, tiles, plan);
+    if (s.rows) {
+        // Both forms under the same tiles; each call runs one (AttentionStages::rows), and the
+        // other's stages get empty regions. The specialization copies core's schedule so far.
+        schedule_form(*s.rows, tiles, plan);
+        core.specialize(s.use_rows);
+    }
+}
+
+} // namespace
+
+void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
+                        const CpuScheduleParams &params) {
+    const CpuPlan plan = cpu_plan(s, target, params);
+    // The whole-row and flash forms without projections copy K per call and Q per tile.
+    const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
+    schedule_rope(s, plan.lanes, copies_heads && !s.spec.cache.any());
+    if (s.spec.projections.any())
+        schedule_input_projections(s, plan);
+    Func core = schedule_core(s, plan);
+    if (s.spec.projections.out)
+        schedule_output_projection(s, core, plan);
     if (params.split_chunk > 0) {
         schedule_split_kv(s, core, target);
         return;
     }
-    if (copies_heads) {
-        // P·V reads vectors of V rows: from caller memory that is not 64-byte aligned they
-        // straddle cache lines (slower in AVX2 code). An aligned f32 copy
-        // per call (and f16/bf16 are converted once) avoids that, in the forms that
-        // copy_values names: the whole-row form's V is a Func of its own, so a call that runs
-        // one form copies only that form's V.
-        // K always gets the same copy: its rows then sit at one constant stride, so the score
-        // block's keys are one base pointer and constant offsets rather than a clamped address
-        // per key (LLVM computed those in vector registers inside the dot-product loop).
-        std::vector<Func> copies = {s.k_heads};
-        const bool chunked = s.options.form == AttentionForm::chunks;
-        if (params.copy_values == CopyValues::all ||
-            (params.copy_values == CopyValues::flash && chunked))
-            copies.push_back(s.v_heads);
-        if (s.rows && params.copy_values == CopyValues::all)
-            copies.push_back(s.rows->v_heads);
-        for (Func heads : copies) {
-            Var task{"kv_task"};
-            heads.compute_root().fuse(h, b, task).parallel(task);
-            if (heads.name() == s.k_heads.name() && s.spec.rope.any() && !s.spec.cache.any())
-                vectorize_features(heads, s, lanes); // rotates as it copies
-            else
-                heads.vectorize(d, vector_width_dividing(head_dim, lanes));
-        }
-    }
-
-    // A task is a query tile of every query head of one kv head's group (g runs inside it), so
-    // the group's heads share each K/V chunk while it is in cache.
-    const int group = s.spec.group_size();
-    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
-    Var q_block{"q_block"}, q_lane{"q_lane"}, d_outer{"d_outer"}, d_inner{"d_inner"};
-    // The output's and the partials' register blocks: query_block queries x d_block features,
-    // under the `outer` loops. Every loop inside a block is unrolled, so that LLVM keeps the
-    // block's accumulators in registers (a rolled loop indexes them, and they go to the stack).
-    auto output_blocks = [&](Func stage, const Var &queries, std::vector<Halide::VarOrRVar> outer) {
-        outer.insert(outer.begin(), {d_inner, q_lane, d_outer, q_block});
-        stage.split(queries, q_block, q_lane, query_block)
-            .split(d, d_outer, d_inner, d_block)
-            .reorder(outer)
-            .vectorize(d_inner, d_vec)
-            .unroll(d_inner)
-            .unroll(q_lane);
-    };
-    core.split(q, q_outer, q_inner, query_tile, TailStrategy::GuardWithIf).split(h, kv, g, group);
-    output_blocks(core, q_inner, {g, q_outer, kv, b});
-    core.fuse(q_outer, kv, tile).fuse(tile, b, tile).parallel(tile);
-    const Halide::LoopLevel head_at(core, g);
-
-    // Row statistics vectorized along queries (no horizontal reductions), the tile's query
-    // vectors unrolled inside the loop over the reduction: independent chains of max and add,
-    // where one chain per vector waited on each add's latency.
-    Var q_vector{"q_vector"}, q_vlane{"q_vlane"};
-    auto row_statistic = [&](Func stage, const Halide::LoopLevel &at, const Halide::RVar &r) {
-        stage.compute_at(at).bound_extent(q, query_tile).vectorize(q, lanes).unroll(q);
-        stage.update()
-            .split(q, q_vector, q_vlane, lanes)
-            .reorder(q_vlane, q_vector, r)
-            .vectorize(q_vlane)
-            .unroll(q_vector);
-    };
-    // A reduction into query_block queries x d_block features held in registers, computed per
-    // block of `consumer`.
-    auto register_block = [&](Func stage, Func consumer, const Halide::RVar &r) {
-        stage.compute_at(consumer, d_outer)
-            .bound_extent(q, query_block)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(q);
-        stage.update().reorder(d, q, r).vectorize(d, d_vec).unroll(d).unroll(q);
-    };
-
-    // The stages from the scores to weighted_sum of one form, `t`: the flash form (the chunks
-    // form) walks the keys in chunks inside the tile: everything from the scores to the chunk's
-    // partial output is computed per chunk and head (`partials` loops over chunks outermost,
-    // then the group's heads), so the scores and probabilities of a chunk stay in L1, the P·V
-    // blocks reuse the chunk's V rows from L1, and the group's heads reuse its K and V rows from
-    // L1 and L2. Without chunks each head's whole rows are computed at once.
-    auto schedule_form = [&](AttentionStages &t) {
-        const bool flash = t.options.form == AttentionForm::chunks;
-        // The group's scaled queries, transposed so that queries are the vector lanes: once per
-        // tile for the whole group in the flash form, whose chunks take the group's heads in
-        // turn; per head with whole rows. The last tile of a row may be short (GuardWithIf);
-        // bounding the extents of the stages inside a tile keeps their loops constant so they
-        // unroll and vectorize.
-        t.q_heads.in(t.scores)
-            .compute_at(flash ? Halide::LoopLevel(core, tile) : head_at)
-            .bound_extent(q, query_tile)
-            .bound_extent(h, flash ? group : 1)
-            .reorder_storage(q, d)
-            .reorder(q, d)
-            .vectorize(q, lanes);
-
-        Halide::LoopLevel rows_at = head_at;
-        Func max_stage = t.row_max, sum_stage = t.row_sum, out_stage = t.weighted_sum;
-        Func block_consumer = core;
-        if (flash) {
-            Var j = t.j;
-            t.partials.compute_at(core, tile).bound_extent(q, query_tile).bound_extent(h, group);
-            std::vector<Halide::VarOrRVar> outer = {h, j, b};
-            if (t.options.alternate_chunks) {
-                // Tiles start at query 0 (the output's rows are 0 to Lq - 1): one per task.
-                t.partials.bound_extent(t.q_tile, 1);
-                outer.insert(outer.end() - 1, t.q_tile);
-            }
-            output_blocks(t.partials, q, outer);
-            rows_at = Halide::LoopLevel(t.partials, h);
-            max_stage = t.part_max;
-            sum_stage = t.part_sum;
-            out_stage = t.part_out;
-            block_consumer = t.partials;
-            // One chunk per iteration; stored queries innermost so the vectors are dense.
-            t.part_out.bound_extent(j, 1);
-            for (Func stage : {t.part_max, t.part_sum})
-                stage.bound_extent(j, 1).reorder_storage(q, j);
-            // The combine, per head of the tile: chunk weights and row sums along queries, the
-            // weighted partial outputs in the same register blocks as the output.
-            row_statistic(t.row_max, head_at, t.r_chunks.x);
-            row_statistic(t.row_sum, head_at, t.r_chunks.x);
-            t.part_scale.compute_at(head_at)
-                .bound_extent(q, query_tile)
-                .reorder_storage(q, j)
-                .reorder(q, j)
-                .vectorize(q, lanes)
-                .unroll(q);
-            register_block(t.weighted_sum, core, t.r_chunks.x);
-        }
-
-        // Scores in register blocks of key_block keys x query_tile queries, masked as they are
-        // made.
-        Var k_outer{"k_outer"}, k_inner{"k_inner"};
-        t.masked.compute_at(rows_at)
-            .bound_extent(q, query_tile)
-            .reorder_storage(q, k)
-            .split(k, k_outer, k_inner, params.key_block)
-            .reorder(q, k_inner, k_outer)
-            .vectorize(q, lanes)
-            .unroll(q)
-            .unroll(k_inner);
-        t.scores.compute_at(t.masked, k_outer)
-            .bound_extent(q, query_tile)
-            .bound_extent(k, params.key_block)
-            .reorder_storage(q, k)
-            .reorder(q, k)
-            .vectorize(q, lanes)
-            .unroll(q)
-            .unroll(k);
-        t.scores.update().reorder(q, k, t.r_head_dim.x).vectorize(q, lanes).unroll(q).unroll(k);
-
-        // The softmax of the rows (or chunk), then P·V.
-        row_statistic(max_stage, rows_at, t.r_keys.x);
-        t.probs.compute_at(rows_at)
-            .bound_extent(q, query_tile)
-            .reorder_storage(q, k)
-            .reorder(q, k)
-            .vectorize(q, lanes)
-            .unroll(q);
-        row_statistic(sum_stage, rows_at, t.r_keys.x);
-        register_block(out_stage, block_consumer, t.r_values.x);
-    };
-    schedule_form(s);
-    if (s.rows) {
-        // Both forms under the same tiles; each call runs one (AttentionStages::rows), and the
-        // other's stages get empty regions. The specialization copies core's schedule so far.
-        schedule_form(*s.rows);
-        core.specialize(s.use_rows);
-    }
+    if (copies_heads)
+        schedule_head_copies(s, plan);
+    schedule_query_tiles(s, core, plan);
 }
 
 } // namespace attngen

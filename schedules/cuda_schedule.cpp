@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attngen {
@@ -77,81 +78,103 @@ LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
     return layout;
 }
 
-} // namespace
+/**
+ * What the parts of the GPU schedule share: the stages, the parameters and the sizes derived
+ * from them, and the Funcs and loops the later parts compute at.
+ */
+struct GpuSchedule {
+    AttentionStages &stages;
+    const GpuScheduleParams &params;
+    bool cuda;       ///< CUDA runs the lanes on gpu_lanes, OpenCL on gpu_threads
+    int block_heads; ///< query heads per block (params.heads_per_block)
+    int query_tile;  ///< queries per block
+    int step_keys;   ///< keys per step
+    int width;       ///< head_dim elements per lane in the fold and the output
+    LaneLayout layout;
+    bool split; ///< the split-KV form: a block per chunk of keys, and a combine
+    Func core;  ///< the attention's output: attn_out before an out projection, else the output
+    Func walk;  ///< the kernel of the fold: core, or the split form's partials
+    Var q_tile; ///< the block's loop over query tiles, where the running state is computed
+    RVar step;  ///< the loop over the steps, where each step's stages are computed
+};
 
-void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
-                        const GpuScheduleParams &params) {
-    const AttentionSpec &spec = s.spec;
-    const int head_dim = spec.resolved_head_dim();
-    const int block_heads = params.heads_per_block;
-    const int query_tile = params.query_tile;
-    const int step_keys = params.step_keys;
-    const int width = s.options.d_per_lane;
-    const LaneLayout layout = lane_layout(head_dim, params);
-    Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
-    // The lanes of the block's warp. OpenCL has no gpu_lanes: there the block's 32 threads
-    // run the same loops, and the running state lives in shared memory rather than in
-    // registers (CI runs this form on PoCL).
-    const bool cuda = target.has_feature(Halide::Target::CUDA);
-    auto on_lanes = [&](Stage stage, const VarOrRVar &lane) {
-        if (cuda)
-            stage.gpu_lanes(lane);
-        else
-            stage.gpu_threads(lane);
-    };
-    // Halide 14 synchronizes the stages of a block only where some stage runs on gpu_threads
-    // rather than gpu_lanes (it takes a warp's lanes for lockstep, which they are not since
-    // Volta): the stages that stage K, V and Q do, and the block gets its barriers.
-    auto on_threads = [](Stage stage, const VarOrRVar &thread) { stage.gpu_threads(thread); };
+/**
+ * Runs `stage` along `lane` on the lanes of the block's warp. OpenCL has no gpu_lanes: there
+ * the block's 32 threads run the same loops, and the running state lives in shared memory
+ * rather than in registers (CI runs this form on PoCL).
+ */
+void on_lanes(const GpuSchedule &gpu, Stage stage, const VarOrRVar &lane) {
+    if (gpu.cuda)
+        stage.gpu_lanes(lane);
+    else
+        stage.gpu_threads(lane);
+}
 
-    // Projections: plain register-tiled GEMM kernels at root, 2 x 2 outputs per thread.
-    auto gemm = [&](Func stage, const Var &row, const Var &outer0, const Var &outer1,
-                    const std::string &prefix) {
-        Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
-        Var xu{prefix + "_ux"}, yu{prefix + "_uy"};
-        Var x = stage.args()[0];
-        stage.compute_root();
-        // The same tiles for the bias (pure) stage and the accumulation, whose reduction runs
-        // inside each thread's 2 x 2 outputs.
-        for (Stage tiled : {Stage(stage), stage.update()}) {
-            tiled.tile(x, row, xo, yo, xi, yi, 32, 32, TailStrategy::GuardWithIf)
-                .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
-                .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
-                .gpu_blocks(xo, yo, outer0)
-                .gpu_threads(xi, yi)
-                .unroll(xu)
-                .unroll(yu);
-        }
-        stage.update().reorder(xu, yu, stage.rvars(0)[0]);
-    };
-    if (spec.projections.any()) {
-        gemm(s.q_proj, q, h, b, "qp");
-        gemm(s.k_proj, k, h, b, "kp");
-        gemm(s.v_proj, k, h, b, "vp");
+/**
+ * Runs `stage` along `thread` on gpu_threads. Halide 14 synchronizes the stages of a block only
+ * where some stage runs on gpu_threads rather than gpu_lanes (it takes a warp's lanes for
+ * lockstep, which they are not since Volta): the stages that stage K, V and Q do, and the block
+ * gets its barriers.
+ */
+void on_threads(Stage stage, const VarOrRVar &thread) {
+    stage.gpu_threads(thread);
+}
+
+/** A projection: a plain register-tiled GEMM kernel at root, 2 x 2 outputs per thread. */
+void schedule_gemm(Func stage, const Var &row, const Var &outer0, const Var &outer1,
+                   const std::string &prefix) {
+    Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
+    Var xu{prefix + "_ux"}, yu{prefix + "_uy"};
+    Var x = stage.args()[0];
+    stage.compute_root();
+    // The same tiles for the bias (pure) stage and the accumulation, whose reduction runs
+    // inside each thread's 2 x 2 outputs.
+    for (Stage tiled : {Stage(stage), stage.update()}) {
+        tiled.tile(x, row, xo, yo, xi, yi, 32, 32, TailStrategy::GuardWithIf)
+            .tile(xi, yi, xi, yi, xu, yu, 2, 2, TailStrategy::GuardWithIf)
+            .reorder(xu, yu, xi, yi, xo, yo, outer0, outer1)
+            .gpu_blocks(xo, yo, outer0)
+            .gpu_threads(xi, yi)
+            .unroll(xu)
+            .unroll(yu);
     }
-    // An elementwise stage as a kernel at root: 32 x 8 tiles of (x, y), the outer dimensions
-    // (fused) as the third block dimension.
-    auto elementwise = [](Func stage, const Var &x, const Var &y, std::vector<Var> outer,
+    stage.update().reorder(xu, yu, stage.rvars(0)[0]);
+}
+
+/**
+ * An elementwise stage as a kernel at root: 32 x 8 tiles of (x, y), the outer dimensions
+ * (fused) as the third block dimension.
+ */
+void schedule_elementwise(Func stage, const Var &x, const Var &y, std::vector<Var> outer,
                           const std::string &prefix) {
-        Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
-        stage.compute_root().tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
-        if (outer.size() == 2) {
-            Var fused{prefix + "_bz"};
-            stage.fuse(outer[0], outer[1], fused);
-            outer = {fused};
-        }
-        std::vector<Halide::VarOrRVar> blocks = {xo, yo};
-        blocks.insert(blocks.end(), outer.begin(), outer.end());
-        if (blocks.size() == 3)
-            stage.gpu_blocks(blocks[0], blocks[1], blocks[2]);
-        else
-            stage.gpu_blocks(blocks[0], blocks[1]);
-        stage.gpu_threads(xi, yi);
-    };
+    Var xo{prefix + "_bx"}, yo{prefix + "_by"}, xi{prefix + "_tx"}, yi{prefix + "_ty"};
+    stage.compute_root().tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
+    if (outer.size() == 2) {
+        Var fused{prefix + "_bz"};
+        stage.fuse(outer[0], outer[1], fused);
+        outer = {fused};
+    }
+    std::vector<Halide::VarOrRVar> blocks = {xo, yo};
+    blocks.insert(blocks.end(), outer.begin(), outer.end());
+    if (blocks.size() == 3)
+        stage.gpu_blocks(blocks[0], blocks[1], blocks[2]);
+    else
+        stage.gpu_blocks(blocks[0], blocks[1]);
+    stage.gpu_threads(xi, yi);
+}
+
+/** The kernels before the attention's: projections, a cache's new rows, rotary embeddings. */
+void schedule_input_kernels(AttentionStages &s) {
+    const Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
+    if (s.spec.projections.any()) {
+        schedule_gemm(s.q_proj, q, h, b, "qp");
+        schedule_gemm(s.k_proj, k, h, b, "kp");
+        schedule_gemm(s.v_proj, k, h, b, "vp");
+    }
     // A cached layer's new rows, outputs of their own (the runtime appends them to the cache).
     if (s.spec.cache.any()) {
-        elementwise(s.k_new, d, k, {h, b}, "kn");
-        elementwise(s.v_new, d, k, {h, b}, "vn");
+        schedule_elementwise(s.k_new, d, k, {h, b}, "kn");
+        schedule_elementwise(s.v_new, d, k, {h, b}, "vn");
     }
     // Rotary embeddings: the table and the rotated queries and keys, each a kernel at root, so
     // that the steps stage rotated rows rather than rotating them again for every tile.
@@ -160,37 +183,44 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
         if (s.spec.cache.any())
             s.rope_table.compute_inline();
         else
-            elementwise(s.rope_table, s.pair, s.position, {}, "rt");
-        elementwise(s.q_rope, d, q, {h, b}, "qr");
-        elementwise(s.k_rope, d, k, {h, b}, "kr");
+            schedule_elementwise(s.rope_table, s.pair, s.position, {}, "rt");
+        schedule_elementwise(s.q_rope, d, q, {h, b}, "qr");
+        schedule_elementwise(s.k_rope, d, k, {h, b}, "kr");
     }
+}
 
-    Func core = spec.projections.out ? s.attn_out : s.output;
-    if (spec.projections.out) {
-        s.attn_out.compute_root();
-        Var c = s.c;
-        Var co{"op_bx"}, qo{"op_by"}, ci{"op_tx"}, qi{"op_ty"};
-        s.output.tile(c, q, co, qo, ci, qi, 16, 16, TailStrategy::GuardWithIf)
-            .gpu_blocks(co, qo, b)
-            .gpu_threads(ci, qi);
-        s.out_proj.compute_at(s.output, ci);
-        s.out_proj.update().unroll(s.r_concat.x, 4, TailStrategy::GuardWithIf);
-    } else {
+/**
+ * The out projection, if any: a kernel of 16 x 16 outputs per block over the attention's
+ * output at root; without one, the attention's output is the layer's.
+ */
+void schedule_output_projection(AttentionStages &s) {
+    if (!s.spec.projections.out) {
         s.attn_out.compute_inline();
+        return;
     }
+    s.attn_out.compute_root();
+    Var c = s.c;
+    Var co{"op_bx"}, qo{"op_by"}, ci{"op_tx"}, qi{"op_ty"};
+    s.output.tile(c, s.q, co, qo, ci, qi, 16, 16, TailStrategy::GuardWithIf)
+        .gpu_blocks(co, qo, s.b)
+        .gpu_threads(ci, qi);
+    s.out_proj.compute_at(s.output, ci);
+    s.out_proj.update().unroll(s.r_concat.x, 4, TailStrategy::GuardWithIf);
+}
 
-    // The kernel of the fold: the output itself (whole rows), or in the split-KV form the
-    // chunks' partials, which a second kernel (the output's) combines.
-    const bool split = s.options.chunk_keys > 0;
-    Func walk = split ? s.partials : core;
-
-    // The block: a query tile of block_heads heads of one kv head's group (and one chunk of
-    // keys in the split form). block_heads divides the group, so a block's heads share their kv
-    // head. Its lanes write the output as the fold holds it: d_per_lane elements of a row each.
-    Var qo{"q_tile"}, qi{"q_in_tile"}, kv{"head_block"}, hg{"head_in_block"};
-    walk.split(h, kv, hg, block_heads, TailStrategy::GuardWithIf)
-        .split(q, qo, qi, query_tile, TailStrategy::GuardWithIf);
-    if (split) {
+/**
+ * The block: a query tile of block_heads heads of one kv head's group (and one chunk of keys in
+ * the split form). block_heads divides the group, so a block's heads share their kv head. Its
+ * lanes write the output as the fold holds it: d_per_lane elements of a row each.
+ */
+void schedule_blocks(const GpuSchedule &gpu) {
+    const AttentionStages &s = gpu.stages;
+    const Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
+    Func walk = gpu.walk;
+    Var qo = gpu.q_tile, qi{"q_in_tile"}, kv{"head_block"}, hg{"head_in_block"};
+    walk.split(h, kv, hg, gpu.block_heads, TailStrategy::GuardWithIf)
+        .split(q, qo, qi, gpu.query_tile, TailStrategy::GuardWithIf);
+    if (gpu.split) {
         Var kvb{"kv_head_batch"};
         walk.compute_root()
             .reorder(d, qi, hg, qo, j, kv, b)
@@ -199,183 +229,256 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     } else {
         walk.reorder(d, qi, hg, qo, kv, b).gpu_blocks(qo, kv, b);
     }
-    {
-        Var dgo{"out_d_group"}, di{"out_d"}, qr{"out_queries"}, ql{"out_query_lane"};
-        Var lane{"out_lane"};
-        walk.split(d, dgo, di, width, TailStrategy::GuardWithIf)
-            .split(qi, qr, ql, layout.query_lanes, TailStrategy::GuardWithIf)
-            .reorder(di, qr, hg, dgo, ql)
-            .fuse(dgo, ql, lane)
-            .unroll(di)
-            .unroll(qr)
-            .unroll(hg);
-        on_lanes(walk, lane);
-    }
+    Var dgo{"out_d_group"}, di{"out_d"}, qr{"out_queries"}, ql{"out_query_lane"};
+    Var lane{"out_lane"};
+    walk.split(d, dgo, di, gpu.width, TailStrategy::GuardWithIf)
+        .split(qi, qr, ql, gpu.layout.query_lanes, TailStrategy::GuardWithIf)
+        .reorder(di, qr, hg, dgo, ql)
+        .fuse(dgo, ql, lane)
+        .unroll(di)
+        .unroll(qr)
+        .unroll(hg);
+    on_lanes(gpu, walk, lane);
+}
 
-    // The running state, in registers: lane (d group g, query lane l) holds head_dim elements
-    // g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block, and
-    // their max, sum and step weight. (Halide 14 keeps a lane's state in its registers only
-    // where the state's index is the lane plus a multiple of the warp: d groups innermost.)
-    // Its steps are the loop outside the lanes; the lane's rows are unrolled.
-    // Each step's stages are computed at the unit loop inside the step loop, within the test
-    // of whether the tile sees the step, so that Halide trims the step loop to the visible
-    // steps (AttentionStages::r_online).
-    RVar step = s.r_online.y, steps = s.r_online.z, key_in_step = s.r_online.x;
+/**
+ * Splits a definition of the running state over the lanes: d groups innermost, then the query
+ * lanes, fused into one lane dimension. Returns the lane and the lane's rows.
+ */
+std::pair<Var, Var> lanes_of_state(const GpuSchedule &gpu, Stage stage, const std::string &prefix) {
+    const AttentionStages &s = gpu.stages;
+    Var qr{prefix + "_queries"}, ql{prefix + "_query_lane"}, lane{prefix + "_lane"};
+    stage.split(s.q, qr, ql, gpu.layout.query_lanes, TailStrategy::GuardWithIf)
+        .reorder(s.d_group, ql, qr, s.h)
+        .fuse(s.d_group, ql, lane);
+    return std::make_pair(lane, qr);
+}
+
+/**
+ * The running state, in registers: lane (d group g, query lane l) holds head_dim elements
+ * g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block, and their
+ * max, sum and step weight. (Halide 14 keeps a lane's state in its registers only where the
+ * state's index is the lane plus a multiple of the warp: d groups innermost.) Its steps are the
+ * loop outside the lanes; the lane's rows are unrolled. Each step's stages are computed at the
+ * unit loop inside the step loop, within the test of whether the tile sees the step, so that
+ * Halide trims the step loop to the visible steps (AttentionStages::r_online).
+ */
+void schedule_running_state(const GpuSchedule &gpu) {
+    const AttentionStages &s = gpu.stages;
+    const Var q = s.q, h = s.h;
+    RVar steps = s.r_online.z, key_in_step = s.r_online.x;
     Func state = s.running;
     Var dg = s.d_group;
     // A whole tile of queries (those past Lq read the last query): every step's buffers then
     // have the tile's constant size, and a lane's score tile its constant rows.
-    state.compute_at(walk, qo).bound(q, 0, query_tile).bound(dg, 0, layout.d_groups);
-    if (cuda)
+    state.compute_at(gpu.walk, gpu.q_tile)
+        .bound(q, 0, gpu.query_tile)
+        .bound(dg, 0, gpu.layout.d_groups);
+    if (gpu.cuda)
         state.store_in(MemoryType::Register);
-    auto lanes_of_state = [&](Stage stage, const std::string &prefix) {
-        Var qr{prefix + "_queries"}, ql{prefix + "_query_lane"}, lane{prefix + "_lane"};
-        stage.split(q, qr, ql, layout.query_lanes, TailStrategy::GuardWithIf)
-            .reorder(dg, ql, qr, h)
-            .fuse(dg, ql, lane);
-        return std::make_pair(lane, qr);
-    };
     {
-        auto [lane, rows] = lanes_of_state(Stage(state), "state_init");
+        auto [lane, rows] = lanes_of_state(gpu, Stage(state), "state_init");
         state.reorder(rows, h, lane).unroll(rows).unroll(h);
-        on_lanes(state, lane);
+        on_lanes(gpu, state, lane);
     }
-    {
-        auto [lane, rows] = lanes_of_state(state.update(), "fold");
-        state.update().reorder(rows, h, key_in_step, lane, step, steps).unroll(rows).unroll(h);
-        // CUDA: the step's keys unrolled, so that the first key's move to the new max is code
-        // of its own and the other keys are multiply-adds only (Halide 14 drops the `likely`
-        // that would split a loop there once the loop is split or unrolled). OpenCL, which CI
-        // runs on PoCL, keeps the loop: the test layers' kernels stay small enough to compile.
-        // So does a fold that reads V where it lies (decode): unrolled, its loads of the whole
-        // step's values would be hoisted into more registers than a lane has.
-        if (cuda && params.stage_kv)
-            state.update().unroll(key_in_step);
-        on_lanes(state.update(), lane);
-    }
+    auto [lane, rows] = lanes_of_state(gpu, state.update(), "fold");
+    state.update().reorder(rows, h, key_in_step, lane, gpu.step, steps).unroll(rows).unroll(h);
+    // CUDA: the step's keys unrolled, so that the first key's move to the new max is code
+    // of its own and the other keys are multiply-adds only (Halide 14 drops the `likely`
+    // that would split a loop there once the loop is split or unrolled). OpenCL, which CI
+    // runs on PoCL, keeps the loop: the test layers' kernels stay small enough to compile.
+    // So does a fold that reads V where it lies (decode): unrolled, its loads of the whole
+    // step's values would be hoisted into more registers than a lane has.
+    if (gpu.cuda && gpu.params.stage_kv)
+        state.update().unroll(key_in_step);
+    on_lanes(gpu, state.update(), lane);
+}
 
-    // K and the block's queries (scaled), staged in shared memory each step, transposed: a
-    // score tile reads neighbouring keys and neighbouring queries of one feature as vectors.
-    // The lanes load along head_dim, so the loads are coalesced; rows padded by 4 words keep
-    // the transposed stores to 4 lanes a bank and the rows aligned for 128-bit loads (lanes
-    // along the rows store into distinct banks but load 32 rows at once, which was slower). The
-    // queries are staged each step, not once per block:
-    // Halide 14 takes a block's buffers as live from their first to their last use in program
-    // order, loops aside, so a buffer allocated later in the step could reuse their space while
-    // the next step still needs them. After the first step they come from L1.
-    auto stage_transposed = [&](Func staged, const Var &row, int rows, const std::string &prefix) {
-        Var dl{prefix + "_d_lane"};
-        staged.compute_at(state, step)
-            .bound_extent(row, rows)
-            .reorder_storage(row, d)
-            .align_storage(row, rows + 4)
-            .split(d, d, dl, warp_lanes, TailStrategy::GuardWithIf)
-            .reorder(dl, row, d);
-        on_threads(staged, dl);
-    };
-    if (params.stage_queries) {
-        s.q_heads.bound_extent(h, block_heads);
-        if (query_tile >= 8) {
-            stage_transposed(s.q_heads, q, query_tile, "q_stage");
+/**
+ * Stages `staged` (K or the block's queries) in shared memory each step, transposed: a score
+ * tile reads neighbouring keys and neighbouring queries of one feature as vectors. The lanes
+ * load along head_dim, so the loads are coalesced; rows padded by 4 words keep the transposed
+ * stores to 4 lanes a bank and the rows aligned for 128-bit loads (lanes along the rows store
+ * into distinct banks but load 32 rows at once, which was slower).
+ */
+void stage_transposed(const GpuSchedule &gpu, Func staged, const Var &row, int rows,
+                      const std::string &prefix) {
+    const Var d = gpu.stages.d;
+    Var dl{prefix + "_d_lane"};
+    staged.compute_at(gpu.stages.running, gpu.step)
+        .bound_extent(row, rows)
+        .reorder_storage(row, d)
+        .align_storage(row, rows + 4)
+        .split(d, d, dl, warp_lanes, TailStrategy::GuardWithIf)
+        .reorder(dl, row, d);
+    on_threads(staged, dl);
+}
+
+/**
+ * The step's inputs in shared memory: K and the block's queries (scaled) transposed, V as
+ * stored. The queries are staged each step, not once per block: Halide 14 takes a block's
+ * buffers as live from their first to their last use in program order, loops aside, so a buffer
+ * allocated later in the step could reuse their space while the next step still needs them.
+ * After the first step they come from L1.
+ */
+void schedule_staged_inputs(const GpuSchedule &gpu) {
+    AttentionStages &s = gpu.stages;
+    const Var d = s.d, q = s.q, k = s.k, h = s.h;
+    Func state = s.running;
+    if (gpu.params.stage_queries) {
+        s.q_heads.bound_extent(h, gpu.block_heads);
+        if (gpu.query_tile >= 8) {
+            stage_transposed(gpu, s.q_heads, q, gpu.query_tile, "q_stage");
         } else {
             // A few queries (decode): the lanes along head_dim instead.
             Var sd{"q_stage_d"};
-            s.q_heads.compute_at(state, step)
-                .bound_extent(q, query_tile)
+            s.q_heads.compute_at(state, gpu.step)
+                .bound_extent(q, gpu.query_tile)
                 .split(d, sd, d, warp_lanes, TailStrategy::GuardWithIf)
                 .reorder(d, q, h, sd);
             on_threads(s.q_heads, d);
         }
     }
-    if (params.stage_kv)
-        stage_transposed(s.k_heads.in(s.scores), k, step_keys, "k_step");
+    if (!gpu.params.stage_kv)
+        return;
+    stage_transposed(gpu, s.k_heads.in(s.scores), k, gpu.step_keys, "k_step");
 
     // V is read as stored: keys outermost, a lane reading a few neighbouring features.
-    if (params.stage_kv) {
-        Func v_step = s.v_heads.in(state);
-        Var vd{"v_step_d"}, vv{"v_step_vector"};
-        v_step.compute_at(state, step)
-            .bound_extent(k, step_keys)
-            .split(d, vd, d, warp_lanes * 4, TailStrategy::GuardWithIf)
-            .split(d, d, vv, 4, TailStrategy::GuardWithIf)
-            .reorder(vv, d, k, vd)
-            .vectorize(vv);
-        on_threads(v_step, d);
-    }
+    Func v_step = s.v_heads.in(state);
+    Var vd{"v_step_d"}, vv{"v_step_vector"};
+    v_step.compute_at(state, gpu.step)
+        .bound_extent(k, gpu.step_keys)
+        .split(d, vd, d, warp_lanes * 4, TailStrategy::GuardWithIf)
+        .split(d, d, vv, 4, TailStrategy::GuardWithIf)
+        .reorder(vv, d, k, vd)
+        .vectorize(vv);
+    on_threads(v_step, d);
+}
 
-    // The step's masked scores: a register tile per lane (score_keys keys x score_queries
-    // queries of one head), stored queries innermost for the per-row passes that follow.
-    {
-        Var ko{"score_key_lane"}, ki{"score_key"}, qo2{"score_query_lane"}, qi2{"score_query"};
-        Var lane{"score_lane"};
-        s.masked.compute_at(state, step)
-            .bound_extent(k, step_keys)
-            .reorder_storage(q, k, h)
-            .split(k, ko, ki, layout.score_keys, TailStrategy::GuardWithIf)
-            .split(q, qo2, qi2, layout.score_queries, TailStrategy::GuardWithIf)
-            .fuse(ko, qo2, lane)
-            .unroll(ki)
-            .unroll(qi2);
-        s.scores.compute_at(s.masked, lane)
-            .bound_extent(k, layout.score_keys)
-            .bound_extent(q, layout.score_queries)
-            .reorder(k, q, h)
-            .unroll(k)
-            .unroll(q);
-        s.scores.update().reorder(k, q, h, s.r_head_dim.x).unroll(k).unroll(q);
-        if (params.stage_kv) {
-            s.masked.reorder(qi2, ki, lane, h);
-        } else {
-            // K read where it lies: a lane's tile takes every head of the block, so that each
-            // key it loads serves them all.
-            s.masked.reorder(qi2, ki, h, lane).unroll(h);
-            s.scores.bound_extent(h, block_heads).unroll(h);
-            s.scores.update().unroll(h);
-        }
-        on_lanes(s.masked, lane);
+/**
+ * The step's masked scores: a register tile per lane (score_keys keys x score_queries queries
+ * of one head), stored queries innermost for the per-row passes that follow.
+ */
+void schedule_scores(const GpuSchedule &gpu) {
+    AttentionStages &s = gpu.stages;
+    const Var q = s.q, k = s.k, h = s.h;
+    const LaneLayout &layout = gpu.layout;
+    Var ko{"score_key_lane"}, ki{"score_key"}, qo2{"score_query_lane"}, qi2{"score_query"};
+    Var lane{"score_lane"};
+    s.masked.compute_at(s.running, gpu.step)
+        .bound_extent(k, gpu.step_keys)
+        .reorder_storage(q, k, h)
+        .split(k, ko, ki, layout.score_keys, TailStrategy::GuardWithIf)
+        .split(q, qo2, qi2, layout.score_queries, TailStrategy::GuardWithIf)
+        .fuse(ko, qo2, lane)
+        .unroll(ki)
+        .unroll(qi2);
+    s.scores.compute_at(s.masked, lane)
+        .bound_extent(k, layout.score_keys)
+        .bound_extent(q, layout.score_queries)
+        .reorder(k, q, h)
+        .unroll(k)
+        .unroll(q);
+    s.scores.update().reorder(k, q, h, s.r_head_dim.x).unroll(k).unroll(q);
+    if (gpu.params.stage_kv) {
+        s.masked.reorder(qi2, ki, lane, h);
+    } else {
+        // K read where it lies: a lane's tile takes every head of the block, so that each
+        // key it loads serves them all.
+        s.masked.reorder(qi2, ki, h, lane).unroll(h);
+        s.scores.bound_extent(h, gpu.block_heads).unroll(h);
+        s.scores.update().unroll(h);
     }
+    on_lanes(gpu, s.masked, lane);
+}
 
-    // The step's max per row and the probabilities relative to it. The rows of the block
-    // (queries, then heads) run on the lanes, a row each; the probabilities of blocks of fewer
-    // than 8 rows (decode) run on the lanes along the keys instead.
-    const int rows = query_tile * block_heads;
-    auto rows_on_lanes = [&](Stage stage, const std::string &prefix) {
-        VarOrRVar row = q;
-        if (block_heads > 1) {
-            Var fused{prefix + "_row"};
-            stage.fuse(q, h, fused);
-            row = fused;
-        }
-        Var outer{prefix + "_rows"}, lane{prefix + "_row_lane"};
-        stage.split(row, outer, lane, warp_lanes, TailStrategy::GuardWithIf);
-        on_lanes(stage, lane);
-    };
-    s.part_max.compute_at(state, step);
-    rows_on_lanes(s.part_max, "max_init");
-    rows_on_lanes(s.part_max.update().reorder(s.r_keys.x, q, h), "max");
-    s.probs.compute_at(state, step).bound_extent(k, step_keys).reorder_storage(q, k, h);
+/** Runs the rows of the block (queries, then heads, fused) on the lanes, a row each. */
+void rows_on_lanes(const GpuSchedule &gpu, Stage stage, const std::string &prefix) {
+    const AttentionStages &s = gpu.stages;
+    VarOrRVar row = s.q;
+    if (gpu.block_heads > 1) {
+        Var fused{prefix + "_row"};
+        stage.fuse(s.q, s.h, fused);
+        row = fused;
+    }
+    Var outer{prefix + "_rows"}, lane{prefix + "_row_lane"};
+    stage.split(row, outer, lane, warp_lanes, TailStrategy::GuardWithIf);
+    on_lanes(gpu, stage, lane);
+}
+
+/**
+ * The step's max per row and the probabilities relative to it. The rows of the block run on
+ * the lanes, a row each; the probabilities of blocks of fewer than 8 rows (decode) run on the
+ * lanes along the keys instead.
+ */
+void schedule_step_softmax(const GpuSchedule &gpu) {
+    AttentionStages &s = gpu.stages;
+    const Var q = s.q, k = s.k, h = s.h;
+    const int rows = gpu.query_tile * gpu.block_heads;
+    s.part_max.compute_at(s.running, gpu.step);
+    rows_on_lanes(gpu, s.part_max, "max_init");
+    rows_on_lanes(gpu, s.part_max.update().reorder(s.r_keys.x, q, h), "max");
+    s.probs.compute_at(s.running, gpu.step).bound_extent(k, gpu.step_keys).reorder_storage(q, k, h);
     if (rows >= 8) {
-        rows_on_lanes(Stage(s.probs).reorder(k, q, h), "probs");
+        rows_on_lanes(gpu, Stage(s.probs).reorder(k, q, h), "probs");
     } else {
         Var ko{"probs_keys"}, lane{"probs_key_lane"};
         s.probs.split(k, ko, lane, warp_lanes, TailStrategy::GuardWithIf).reorder(q, h, lane, ko);
-        on_lanes(s.probs, lane);
+        on_lanes(gpu, s.probs, lane);
     }
+}
 
-    if (split) {
-        // The combine, in the output's kernel: a block per 8 queries of a head of a batch; each
-        // thread folds the chunks of its own outputs in registers, reading the partials from
-        // global memory (a few chunks' worth: no shared memory and no barriers needed).
-        Var cq{"combine_q"}, cqi{"combine_qi"}, cd{"combine_d"}, cdi{"combine_di"};
-        core.split(q, cq, cqi, 8, TailStrategy::GuardWithIf)
-            .split(d, cd, cdi, 32, TailStrategy::GuardWithIf)
-            .reorder(cdi, cqi, cd, cq, h, b)
-            .gpu_blocks(cq, h, b)
-            .gpu_threads(cdi, cqi);
-        for (Func stat : {s.row_max, s.row_sum, s.weighted_sum})
-            stat.compute_at(core, cdi);
-        s.part_scale.compute_inline();
-    }
+/**
+ * The split form's combine, in the output's kernel: a block per 8 queries of a head of a batch;
+ * each thread folds the chunks of its own outputs in registers, reading the partials from
+ * global memory (a few chunks' worth: no shared memory and no barriers needed).
+ */
+void schedule_combine(const GpuSchedule &gpu) {
+    AttentionStages &s = gpu.stages;
+    Func core = gpu.core;
+    Var cq{"combine_q"}, cqi{"combine_qi"}, cd{"combine_d"}, cdi{"combine_di"};
+    core.split(s.q, cq, cqi, 8, TailStrategy::GuardWithIf)
+        .split(s.d, cd, cdi, 32, TailStrategy::GuardWithIf)
+        .reorder(cdi, cqi, cd, cq, s.h, s.b)
+        .gpu_blocks(cq, s.h, s.b)
+        .gpu_threads(cdi, cqi);
+    for (Func stat : {s.row_max, s.row_sum, s.weighted_sum})
+        stat.compute_at(core, cdi);
+    s.part_scale.compute_inline();
+}
+
+} // namespace
+
+void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
+                        const GpuScheduleParams &params) {
+    schedule_input_kernels(s);
+    schedule_output_projection(s);
+
+    // The kernel of the fold: the output itself (whole rows), or in the split-KV form the
+    // chunks' partials, which a second kernel (the output's) combines.
+    const bool split = s.options.chunk_keys > 0;
+    Func core = s.spec.projections.out ? s.attn_out : s.output;
+    GpuSchedule gpu{s,
+                    params,
+                    target.has_feature(Halide::Target::CUDA),
+                    params.heads_per_block,
+                    params.query_tile,
+                    params.step_keys,
+                    s.options.d_per_lane,
+                    lane_layout(s.spec.resolved_head_dim(), params),
+                    split,
+                    core,
+                    split ? s.partials : core,
+                    Var{"q_tile"},
+                    s.r_online.y};
+
+    schedule_blocks(gpu);
+    schedule_running_state(gpu);
+    schedule_staged_inputs(gpu);
+    schedule_scores(gpu);
+    schedule_step_softmax(gpu);
+    if (split)
+        schedule_combine(gpu);
 }
 
 } // namespace attngen

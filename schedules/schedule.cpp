@@ -182,8 +182,10 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::stri
 CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::Target &target,
                                       const std::string &shape_class) {
     CpuScheduleParams params = cpu_target_params(target);
-    params.split_chunk = cpu_default_split_chunk(shape_class);
-    params.flash_chunk = cpu_default_flash_chunk(shape_class);
+    if (shape_class == "decode") {
+        params.split_chunk = cpu_decode_split_chunk;
+        params.flash_chunk = 0;
+    }
     // f16 and bf16 weights read in place would be converted once per element and row tile,
     // where packing converts them once.
     if (spec.dtype != DType::f32)
@@ -205,6 +207,77 @@ struct ResolvedSchedule {
     std::string problem; ///< why the name, target or parameters do not fit; empty if they do
 };
 
+/**
+ * Why the GPU parameters `gpu`, the defaults with the schedule parameters `params` applied, do
+ * not fit `spec` or the hardware, or "" if they do.
+ */
+std::string gpu_params_problem(const AttentionSpec &spec, const GpuScheduleParams &gpu,
+                               const std::string &params) {
+    const int heads = gpu.heads_per_block;
+    if (spec.group_size() % heads != 0)
+        return "schedule parameter heads_per_block must divide the " +
+               std::to_string(spec.group_size()) + " query heads per kv head, got " +
+               std::to_string(heads);
+    const int head_dim = spec.resolved_head_dim();
+    const int width = gpu.d_per_lane;
+    const int d_groups = head_dim % width == 0 ? head_dim / width : 0;
+    if (d_groups == 0 || d_groups > 32 || !is_power_of_two(d_groups))
+        return "schedule parameter d_per_lane must divide head_dim " + std::to_string(head_dim) +
+               " into a power of two of at most 32 lanes per row, got " + std::to_string(width);
+    // The lanes of a warp hold the running state only in whole stripes: a tile of
+    // queries is whole rows of lanes, or a power of two of them.
+    const int query_lanes = 32 / d_groups;
+    const int tile = gpu.query_tile;
+    if (tile % query_lanes != 0 && !is_power_of_two(tile))
+        return "schedule parameter query_tile must be a power of two or a multiple of " +
+               std::to_string(query_lanes) + " (32 lanes over " + std::to_string(d_groups) +
+               " lanes per row), got " + std::to_string(tile);
+    const int64_t shared = gpu_shared_memory_bytes(spec, gpu);
+    if (shared > gpu_shared_memory_limit) {
+        const std::string tiles = "query_tile=" + std::to_string(gpu.query_tile) +
+                                  ", step_keys=" + std::to_string(gpu.step_keys) +
+                                  " and heads_per_block=" + std::to_string(heads);
+        return (params.empty() ? "the GPU schedule's smallest tiles, " + tiles +
+                                     ", are too large for this layer (head_dim " +
+                                     std::to_string(spec.resolved_head_dim()) + ", " +
+                                     std::to_string(spec.group_size()) +
+                                     " query heads per kv head): they need "
+                               : "GPU schedule parameters " + tiles + " need ") +
+               std::to_string(shared) + " bytes of shared memory per block, more than the " +
+               std::to_string(gpu_shared_memory_limit) + " a block may use without opting in";
+    }
+    return "";
+}
+
+/**
+ * The CPU family for `name` on a CPU target, with its parameters, or the problem: a schedule
+ * for another architecture, or an unknown name.
+ */
+ResolvedSchedule resolve_cpu_schedule(const AttentionSpec &spec, const Halide::Target &target,
+                                      const std::string &name, const std::string &params,
+                                      const std::string &shape_class) {
+    ResolvedSchedule resolved;
+    const bool x86 = target.arch == Halide::Target::X86;
+    const bool arm = target.arch == Halide::Target::ARM && target.bits == 64;
+    const bool use_x86 = name == "x86" || (name == "auto" && x86);
+    const bool use_arm = name == "arm" || (name == "auto" && arm);
+    if (use_x86 && !x86)
+        resolved.problem = "schedule 'x86' needs an x86 target, got " + target.to_string();
+    else if (use_arm && !arm)
+        resolved.problem = "schedule 'arm' needs an arm-64 target, got " + target.to_string();
+    else if (use_x86 || use_arm) {
+        resolved.family = ResolvedSchedule::Family::cpu;
+        resolved.cpu = cpu_schedule_params(spec, target, shape_class);
+        resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
+    } else if (name == "auto")
+        resolved.problem =
+            "no schedule for target " + target.to_string() + " yet; use schedule=reference";
+    else
+        resolved.problem =
+            "unknown schedule '" + name + "'; expected auto, reference, x86, arm or cuda";
+    return resolved;
+}
+
 ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Target &target,
                                   const std::string &name, const std::string &params,
                                   const std::string &shape_class) {
@@ -216,8 +289,6 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         return resolved;
     }
     const bool gpu = target.has_gpu_feature();
-    const bool x86 = target.arch == Halide::Target::X86;
-    const bool arm = target.arch == Halide::Target::ARM && target.bits == 64;
     if (name == "cuda" || (name == "auto" && gpu)) {
         resolved.family = Family::gpu;
         if (!gpu) {
@@ -227,44 +298,8 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
         }
         resolved.gpu = gpu_schedule_params(spec, shape_class);
         resolved.problem = parse_gpu_schedule_params(params, resolved.gpu);
-        const int heads = resolved.gpu.heads_per_block;
-        if (resolved.problem.empty() && spec.group_size() % heads != 0)
-            resolved.problem = "schedule parameter heads_per_block must divide the " +
-                               std::to_string(spec.group_size()) +
-                               " query heads per kv head, got " + std::to_string(heads);
-        const int head_dim = spec.resolved_head_dim();
-        const int width = resolved.gpu.d_per_lane;
-        const int d_groups = head_dim % width == 0 ? head_dim / width : 0;
-        if (resolved.problem.empty() &&
-            (d_groups == 0 || d_groups > 32 || !is_power_of_two(d_groups)))
-            resolved.problem =
-                "schedule parameter d_per_lane must divide head_dim " + std::to_string(head_dim) +
-                " into a power of two of at most 32 lanes per row, got " + std::to_string(width);
-        // The lanes of a warp hold the running state only in whole stripes: a tile of
-        // queries is whole rows of lanes, or a power of two of them.
-        const int query_lanes = d_groups > 0 ? 32 / d_groups : 1;
-        const int tile = resolved.gpu.query_tile;
-        if (resolved.problem.empty() && tile % query_lanes != 0 && !is_power_of_two(tile))
-            resolved.problem = "schedule parameter query_tile must be a power of two or a "
-                               "multiple of " +
-                               std::to_string(query_lanes) + " (32 lanes over " +
-                               std::to_string(d_groups) + " lanes per row), got " +
-                               std::to_string(tile);
-        const int64_t shared = gpu_shared_memory_bytes(spec, resolved.gpu);
-        if (resolved.problem.empty() && shared > gpu_shared_memory_limit) {
-            const std::string tiles = "query_tile=" + std::to_string(resolved.gpu.query_tile) +
-                                      ", step_keys=" + std::to_string(resolved.gpu.step_keys) +
-                                      " and heads_per_block=" + std::to_string(heads);
-            resolved.problem =
-                (params.empty() ? "the GPU schedule's smallest tiles, " + tiles +
-                                      ", are too large for this layer (head_dim " +
-                                      std::to_string(spec.resolved_head_dim()) + ", " +
-                                      std::to_string(spec.group_size()) +
-                                      " query heads per kv head): they need "
-                                : "GPU schedule parameters " + tiles + " need ") +
-                std::to_string(shared) + " bytes of shared memory per block, more than the " +
-                std::to_string(gpu_shared_memory_limit) + " a block may use without opting in";
-        }
+        if (resolved.problem.empty())
+            resolved.problem = gpu_params_problem(spec, resolved.gpu, params);
         return resolved;
     }
     if (gpu) {
@@ -272,23 +307,7 @@ ResolvedSchedule resolve_schedule(const AttentionSpec &spec, const Halide::Targe
                            target.to_string() + ") needs schedule cuda or auto";
         return resolved;
     }
-    const bool use_x86 = name == "x86" || (name == "auto" && x86);
-    const bool use_arm = name == "arm" || (name == "auto" && arm);
-    if (use_x86 && !x86)
-        resolved.problem = "schedule 'x86' needs an x86 target, got " + target.to_string();
-    else if (use_arm && !arm)
-        resolved.problem = "schedule 'arm' needs an arm-64 target, got " + target.to_string();
-    else if (use_x86 || use_arm) {
-        resolved.family = Family::cpu;
-        resolved.cpu = cpu_schedule_params(spec, target, shape_class);
-        resolved.problem = parse_cpu_schedule_params(params, resolved.cpu);
-    } else if (name == "auto")
-        resolved.problem =
-            "no schedule for target " + target.to_string() + " yet; use schedule=reference";
-    else
-        resolved.problem =
-            "unknown schedule '" + name + "'; expected auto, reference, x86, arm or cuda";
-    return resolved;
+    return resolve_cpu_schedule(spec, target, name, params, shape_class);
 }
 
 } // namespace

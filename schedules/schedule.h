@@ -9,11 +9,13 @@
 
 namespace attngen {
 
-/** The CPU schedule's split_chunk for a shape class: split-KV for decode, 0 otherwise. */
-int cpu_default_split_chunk(const std::string &shape_class);
-
-/** The CPU schedule's flash_chunk for a shape class: the flash form for prefill, 0 for decode. */
-int cpu_default_flash_chunk(const std::string &shape_class);
+/**
+ * The CPU schedule's split_chunk for decode shapes, which then take the split-KV form rather
+ * than the flash form (schedule_param_table()'s defaults are prefill's). Each chunk is a task of
+ * the K pass and of the V pass: 512 keys are long enough that a task's overhead is small, short
+ * enough that Lk = 1024 gives both cores work.
+ */
+constexpr int cpu_decode_split_chunk = 512;
 
 /** The shared memory a CUDA block may use without opting in; larger tiles are refused. */
 constexpr int gpu_shared_memory_limit = 48 * 1024;
@@ -33,8 +35,8 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
 /**
  * Overrides `params` from "key=value,..." or "key:value,..." (the CPU parameters of
  * schedule_param_table()). Naming one of flash_chunk and split_chunk nonzero turns the other
- * off, and rows_up_to with it unless named; naming both nonzero is an error. Returns an empty
- * string, or what is wrong with `text`.
+ * off; naming either (or a nonzero split_chunk default) turns rows_up_to off unless it is named
+ * too; naming both nonzero is an error. Returns an empty string, or what is wrong with `text`.
  */
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
 

@@ -29,7 +29,7 @@ constexpr CpuDefaults gpu_only = {0, 0, 0, 0};
  * query vectors and a broadcast key; P·V keeps value_queries x d_vectors plus the value vectors
  * and a broadcast probability. AVX-512 and NEON have 32 vector registers, SSE4.1 and AVX2 16.
  */
-std::vector<ScheduleParam> make_table() {
+std::vector<ScheduleParam> cpu_register_blocks() {
     return {
         {"query_vectors",
          F::cpu,
@@ -76,6 +76,12 @@ std::vector<ScheduleParam> make_table() {
          "",
          W::prefill,
          {1, 2, 4}},
+    };
+}
+
+/** The CPU forms (whole rows, flash chunks, split-KV) and how they walk K and V. */
+std::vector<ScheduleParam> cpu_form_params() {
+    return {
         {"flash_chunk",
          F::cpu,
          &CpuScheduleParams::flash_chunk,
@@ -83,6 +89,9 @@ std::vector<ScheduleParam> make_table() {
          65536,
          "Keys per chunk of the flash form: each query tile walks K and V a chunk at a time and "
          "combines the chunks exactly (0: whole rows). Naming it nonzero turns split_chunk off.",
+         // A chunk's scores and probabilities (24 queries x 256 keys, 24 KiB each at f32) and
+         // its V rows are reused from L1 and L2 rather than streamed from a whole row of the
+         // tile.
          all_cpus(256),
          "0 for decode shapes",
          W::prefill,
@@ -137,6 +146,12 @@ std::vector<ScheduleParam> make_table() {
          "",
          W::prefill_unbounded_mask,
          {0, 1}},
+    };
+}
+
+/** The CPU projections: packing the weights, the fused QKV GEMM and its tiles. */
+std::vector<ScheduleParam> cpu_packed_projection_params() {
+    return {
         {"packed_weights",
          F::cpu,
          &CpuScheduleParams::packed_weights,
@@ -182,6 +197,12 @@ std::vector<ScheduleParam> make_table() {
          "",
          W::prefill_with_projections,
          {24, 36, 48, 72, 96, 144}},
+    };
+}
+
+/** The CPU projections that read their weights in place: their tiles. */
+std::vector<ScheduleParam> cpu_in_place_projection_params() {
+    return {
         {"gemm_row_vectors",
          F::cpu,
          &CpuScheduleParams::gemm_row_vectors,
@@ -213,7 +234,12 @@ std::vector<ScheduleParam> make_table() {
          "",
          W::prefill_with_projections,
          {1, 2, 4, 8}},
+    };
+}
 
+/** The GPU blocks: their queries, steps of keys, lanes and heads. */
+std::vector<ScheduleParam> gpu_block_params() {
+    return {
         {"query_tile",
          F::gpu,
          &GpuScheduleParams::query_tile,
@@ -261,6 +287,12 @@ std::vector<ScheduleParam> make_table() {
          W::always,
          {},
          SearchValues::group_divisors},
+    };
+}
+
+/** The GPU blocks' staging in shared memory, and the split-KV form. */
+std::vector<ScheduleParam> gpu_staging_params() {
+    return {
         {"stage_queries",
          F::gpu,
          &GpuScheduleParams::stage_queries,
@@ -297,6 +329,20 @@ std::vector<ScheduleParam> make_table() {
          SearchValues::listed,
          {"kv_chunk"}},
     };
+}
+
+/**
+ * The table, each group's parameters in turn: the order in which the usage and
+ * docs/schedule-params.md list them.
+ */
+std::vector<ScheduleParam> make_table() {
+    std::vector<ScheduleParam> table;
+    for (auto group : {cpu_register_blocks, cpu_form_params, cpu_packed_projection_params,
+                       cpu_in_place_projection_params, gpu_block_params, gpu_staging_params}) {
+        std::vector<ScheduleParam> params = group();
+        table.insert(table.end(), params.begin(), params.end());
+    }
+    return table;
 }
 
 /** Whether the field is a bool or an enum member. */

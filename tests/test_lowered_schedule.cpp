@@ -452,7 +452,7 @@ TEST_CASE("x86 layers walk whole rows up to 1024 keys (AVX2) unless a chunk is n
     CHECK(defaults.branches == 1);
     CHECK(defaults.then_partials == 0);
     CHECK(defaults.else_partials > 0);
-    // key_chunk named alone: chunks at every length, no branch.
+    // flash_chunk named alone: chunks at every length, no branch.
     CHECK(count("flash_chunk=64").branches == 0);
     CHECK(count("flash_chunk=64,rows_up_to=1024").branches == 1);
     CHECK(count("rows_up_to=0").branches == 0);
@@ -513,11 +513,17 @@ TEST_CASE("compile and tune start from the same CPU defaults, which follow the d
     const attngen::CpuScheduleParams target = attngen::cpu_target_params(avx2);
     CHECK(f32.query_vectors == target.query_vectors);
     CHECK(f32.gemm_row_vectors == target.gemm_row_vectors);
-    CHECK(f32.flash_chunk == attngen::cpu_default_flash_chunk("prefill"));
+    CHECK(f32.flash_chunk == target.flash_chunk);
+    CHECK(f32.flash_chunk > 0);
     CHECK(f32.split_chunk == 0);
     const attngen::CpuScheduleParams decode =
         attngen::cpu_schedule_params(spec_of(mha), avx2, "decode");
-    CHECK(decode.split_chunk == attngen::cpu_default_split_chunk("decode"));
+    CHECK(decode.split_chunk == attngen::cpu_decode_split_chunk);
+    // The reference docs say so too (attngen params).
+    const attngen::ScheduleParam *split =
+        attngen::find_schedule_param(attngen::ScheduleFamily::cpu, "split_chunk");
+    CHECK(std::string(split->default_rule) ==
+          std::to_string(attngen::cpu_decode_split_chunk) + " for decode shapes");
     CHECK(decode.flash_chunk == 0);
 }
 

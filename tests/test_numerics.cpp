@@ -120,7 +120,7 @@ TEST_CASE("the prefill flash form with chunks in alternating order matches") {
     check_against_reference(t_d64_flash_alternate_layer(), 6407, shapes);
 }
 
-TEST_CASE("the whole-row form (key_chunk 0) with grouped queries and masks matches") {
+TEST_CASE("the whole-row form (flash_chunk 0) with grouped queries and masks matches") {
     check_against_reference(t_d32_whole_rows_layer(), 3204, decode_shapes());
 }
 
