@@ -1,16 +1,30 @@
-// Builds the attention algorithm from a spec. Reads of sequence positions that a schedule may
-// round a tile past are clamped to the valid range, so over-computed tiles never read outside
-// the caller's buffers; clamped positions only feed values no reduction consumes.
+// Builds the attention algorithm from a spec. The math, as DESIGN.md writes it, for batch b,
+// query head h (which reads kv head h / group), query q, key k and feature d:
+//
+//   scores(k, q)  = Σ_d q_heads(d, q) k_heads(d, k)           q_heads carries the scale
+//   masked(k, q)  = visible(k, q) ? score_mod(scores + bias) : hidden
+//   row_max(q)    = max_k masked(k, q)
+//   probs(k, q)   = exp(masked(k, q) - row_max(q))             0 for a hidden key
+//   row_sum(q)    = Σ_k probs(k, q)
+//   output(d, q)  = Σ_k probs(k, q) v_heads(d, k) / row_sum(q)
+//
+// define_masked_scores and define_whole_rows, first below, define exactly this. The other forms
+// compute the same output in another order (AttentionForm), each in a function of its own:
+// define_chunks and define_online, with define_combine. Then the heads (projections, rotary
+// embeddings, a cache) and the output, and build_attention, which puts them together.
+//
+// Reads of sequence positions that a schedule may round a tile past are clamped to the valid
+// range, so over-computed tiles never read outside the caller's buffers; clamped positions only
+// feed values no reduction consumes. The terms the forms share are in attention_terms.h.
 #include "attention_algorithm.h"
-#include "expression_lowering.h"
+#include "attention_terms.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
-#include <limits>
 #include <utility>
+#include <vector>
 
 namespace attngen {
 
@@ -20,377 +34,7 @@ using Halide::RDom;
 using Halide::RVar;
 using Halide::Var;
 
-Halide::Type storage_type(DType dtype) {
-    switch (dtype) {
-    case DType::f32:
-        return Halide::Float(32);
-    case DType::f16:
-        return Halide::Float(16);
-    case DType::bf16:
-        return Halide::BFloat(16);
-    }
-    return Halide::Float(32);
-}
-
-Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argument) {
-    if (argument.is_int32)
-        return Halide::Int(32);
-    if (argument.is_cache)
-        return storage_type(spec.resolved_cache_dtype());
-    return argument.is_declared ? Halide::Float(32) : storage_type(spec.dtype);
-}
-
 namespace {
-
-/**
- * An f16 value widened to f32 exactly, in integer and f32 vector arithmetic: the sign, exponent
- * and mantissa bits moved to their f32 places and the exponent rebased by a multiply by 2^112
- * (which also makes subnormals exact), infinities and NaNs rebuilt apart. Halide 14 widens f16
- * through a longer emulation on x86, even with F16C: decode steps over an f16 KV cache were
- * bound by it rather than by memory.
- */
-Expr widen_f16(const Expr &half) {
-    using Halide::cast;
-    using Halide::reinterpret;
-    auto u32 = [](uint32_t constant) {
-        return Halide::Internal::make_const(Halide::UInt(32), constant);
-    };
-    Expr bits = cast<uint32_t>(reinterpret<uint16_t>(half));
-    Expr magnitude = (bits & u32(0x7fff)) << 13;
-    Expr finite = reinterpret<float>(magnitude) * 5.192296858534828e33f; // 2^112
-    Expr special = reinterpret<float>(magnitude | u32(0x7f800000));      // inf, NaN
-    Expr value = Halide::select(magnitude >= u32(0x7c00u << 13), special, finite);
-    return reinterpret<float>(reinterpret<uint32_t>(value) | ((bits & u32(0x8000)) << 16));
-}
-
-Expr f32(const Expr &value) {
-    if (value.type().is_float() && value.type().bits() == 16 && !value.type().is_bfloat())
-        return widen_f16(value);
-    return Halide::cast<float>(value);
-}
-
-/** An f32 value in a storage type. NaN stays NaN: Halide 14's conversion to f16, under its
- * fast-math flags, makes it an infinity. */
-Expr narrowed(const Halide::Type &type, const Expr &value) {
-    Expr stored = Halide::cast(type, value);
-    if (type.bits() == 32)
-        return stored;
-    using Halide::Internal::make_const;
-    Expr magnitude = Halide::reinterpret<int32_t>(value) & 0x7fffffff;
-    const uint16_t nan_bits = type.is_bfloat() ? 0x7fc0 : 0x7e00;
-    Expr nan = Halide::reinterpret(type, make_const(Halide::UInt(16), nan_bits));
-    return Halide::select(magnitude > 0x7f800000, nan, stored);
-}
-
-/**
- * rope_table (pair, position): the cos and sin of each rotary pair's angle, position times its
- * inverse frequency. Only the angle modulo a turn matters, and in f32 a product of a position
- * and a frequency loses it (at position 4096 by up to 2.4e-4 radians), so the angle is reduced
- * exactly in integers: the pair's frequency in turns per position, frac(frequency / 2 pi), is
- * a 64-bit fixed-point constant (computed in double when the pipeline is built), and the
- * position times it, modulo 2^64, is the angle's turns (turns_cos_sin). With rope = table the
- * caller's rope_cos and rope_sin are the table.
- */
-void define_rope_table(AttentionStages &s, const AttentionSpec &spec, const AttentionInputs &in) {
-    if (spec.rope.table) {
-        // The caller's tables, a row per key position; clamped, for the rows a schedule rounds
-        // a tile past (queries sit at key positions: the runtime refuses Lq > Lk).
-        Expr row = Halide::clamp(s.position, 0, in.key_len - 1);
-        s.rope_table(s.pair, s.position) =
-            Halide::Tuple(in.rope_cos(s.pair, row), in.rope_sin(s.pair, row));
-        return;
-    }
-    constexpr double pi = 3.14159265358979323846;
-    std::vector<Expr> turns_per_position;
-    for (double frequency : rope_inverse_frequencies(spec.rope, spec.resolved_rotary_dim())) {
-        const double turns = frequency / (2 * pi);
-        const double fixed = std::ldexp(turns - std::floor(turns), 64);
-        const uint64_t bits = fixed >= std::ldexp(1.0, 64) ? 0 : static_cast<uint64_t>(fixed);
-        turns_per_position.push_back(Halide::Internal::make_const(Halide::UInt(64), bits));
-    }
-    Expr step = turns_per_position.size() == 1 ? turns_per_position[0]
-                                               : Halide::mux(s.pair, turns_per_position);
-    // Two's complement: a negative position (a query before the first key) turns backwards.
-    Expr turns = Halide::cast<uint64_t>(Halide::cast<int64_t>(s.position)) * step;
-    s.rope_table(s.pair, s.position) = turns_cos_sin(turns);
-}
-
-/**
- * Feature d of `rows` (d, pos, h, b), in f32, rotated at `position`: pairs (d, d + rotary_dim /
- * 2) with neox, (2i, 2i + 1) interleaved; features from rotary_dim on pass unchanged.
- */
-Expr rotated(const AttentionStages &s, const AttentionSpec &spec, const Func &rows, const Expr &d,
-             const Expr &pos, const Expr &h, const Expr &b, const Expr &position) {
-    const int rotary_dim = spec.resolved_rotary_dim(), half = rotary_dim / 2;
-    Expr pair, partner, first;
-    if (spec.rope.kind == RopeKind::neox) {
-        first = d < half;
-        pair = Halide::select(first, d, d - half);
-        partner = Halide::select(first, d + half, d - half);
-    } else {
-        first = d % 2 == 0;
-        pair = d / 2;
-        partner = Halide::select(first, d + 1, d - 1);
-    }
-    // Clamped for bounds inference: the features past rotary_dim read neither.
-    pair = Halide::clamp(pair, 0, half - 1);
-    partner = Halide::clamp(partner, 0, spec.resolved_head_dim() - 1);
-    Expr cos = s.rope_table(pair, position)[0], sin = s.rope_table(pair, position)[1];
-    Expr x = rows(d, pos, h, b), other = rows(partner, pos, h, b);
-    // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
-    Expr turned = x * cos + Halide::select(first, -other, other) * sin;
-    return rotary_dim < spec.resolved_head_dim() ? Halide::select(d < rotary_dim, turned, x)
-                                                 : turned;
-}
-
-/** The spec's expressions see the indices and the run-time tensors and scalars. */
-LoweringContext lowering_context(const AttentionInputs &in, const Expr &k, const Expr &q,
-                                 const Expr &h, const Expr &b) {
-    LoweringContext context;
-    context.b = b;
-    context.h = h;
-    context.q = q;
-    context.k = k;
-    context.tensors = in.tensors;
-    context.tensor_extents = in.tensor_extents;
-    context.scalars = in.scalars;
-    return context;
-}
-
-/**
- * The query position of row `row` of the attention stages: the row itself, or, with
- * AlgorithmOptions::reverse_queries, counted from the last query (a mapping that is its own
- * inverse).
- */
-Expr query_position(const Expr &row, const AttentionInputs &in, const AlgorithmOptions &options) {
-    return options.reverse_queries ? in.query_len - 1 - row : row;
-}
-
-/**
- * The key position of query 0 of sequence b: Lk - Lq, so that the last query sits at the last
- * key, or with a cache the tokens the sequence has cached.
- */
-Expr query_offset(const AttentionSpec &spec, const AttentionInputs &in, const Expr &b) {
-    return spec.cache.any() ? in.cache_lengths(b) : in.key_len - in.query_len;
-}
-
-/** The keys sequence b has, where fewer than Lk: its key length, or its cached and new tokens. */
-Expr key_limit(const AttentionSpec &spec, const AttentionInputs &in, const Expr &b) {
-    if (spec.cache.any())
-        return in.cache_lengths(b) + in.query_lengths(b);
-    return spec.mask.key_padding ? in.key_lengths(b) : Expr();
-}
-
-/** Which keys the structured masks (causal, window, key padding, a cache's lengths) show query
- * q of batch b. Each is a bound linear in k, so Halide's loop partitioning can solve it for a
- * block's keys. */
-Expr structured_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
-                        const Expr &q, const Expr &b) {
-    Expr visible = Halide::Internal::const_true();
-    // Query q sits at key position q + offset: the last query sees the last key.
-    Expr aligned_q = q + query_offset(spec, in, b);
-    if (spec.mask.causal)
-        visible = visible && k <= aligned_q;
-    if (spec.mask.window > 0) // |k - aligned_q| < window, as two bounds the solver can use
-        visible = visible && k > aligned_q - spec.mask.window && k < aligned_q + spec.mask.window;
-    if (Expr limit = key_limit(spec, in, b); limit.defined())
-        visible = visible && k < limit;
-    return visible;
-}
-
-/** The spec's mask predicates as one: is key k visible to query q of head h, batch b? */
-Expr predicates_visible(const AttentionSpec &spec, const AttentionInputs &in, const Expr &k,
-                        const Expr &q, const Expr &h, const Expr &b) {
-    Expr visible = Halide::Internal::const_true();
-    for (const ModExprPtr &predicate : spec.mask_predicates)
-        visible = visible && lower_expression(*predicate, lowering_context(in, k, q, h, b));
-    return visible;
-}
-
-// Non-finite values. Halide compiles float code with LLVM's no-NaNs/no-infs flags, under which a
-// float comparison, min or max may treat a NaN or an infinity as anything. So no decision below
-// that must see a NaN is a float comparison:
-// - a hidden key's score becomes `lowest` (the lowest finite float) by a select on its bits, so
-//   that nothing it holds (NaN, +inf) reaches a max, a sum or an output (hide_score);
-// - a score whose bits are `lowest` has probability exactly 0 (has_lowest_bits): hidden keys,
-//   visible scores of -inf (which a max from `lowest` leaves at `lowest`) and all-hidden chunks;
-// - every other score's probability is the softmax's exponential, which keeps a NaN (its clamps
-//   are strict_float, see softmax_exp2): a visible NaN or +inf score (+inf - +inf is NaN) makes
-//   its probability, and so the row's sums and output, NaN, as in IEEE arithmetic;
-// - the normalization divides by the row's sum unless the sum's bits are zero (every key hidden).
-// A hidden key's V row is multiplied by probability 0 wherever a tile reads it: 0 x NaN and
-// 0 x inf are NaN there, so a non-finite V at a hidden key can turn a row NaN but never into a
-// wrong finite value (PyTorch's math path does the same; docs/api.md, "Non-finite inputs").
-constexpr float lowest = std::numeric_limits<float>::lowest();
-// An additive bias at or below this (-inf included) hides its key, as -inf would.
-constexpr float masking_bias = lowest / 2;
-
-int32_t bits_of(float value) {
-    int32_t bits = 0;
-    std::memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
-
-/** Whether `x` (f32) is exactly `lowest`: an integer comparison, blind to fast-math flags. */
-Expr has_lowest_bits(const Expr &x) {
-    return Halide::reinterpret<int32_t>(x) == bits_of(lowest);
-}
-
-/** x, or `lowest` where `keep` is false: a select on the bits, blind to what x holds. Unlike a
- * select on x, it leaves bounds inference free to require x wherever keep's condition is false
- * too, so a tile's region depends on the tile and not on the mask. */
-Expr hide_score(const Expr &x, const Expr &keep_bits) {
-    return Halide::reinterpret<float>((Halide::reinterpret<int32_t>(x) & keep_bits) |
-                                      (bits_of(lowest) & ~keep_bits));
-}
-
-/** Whether an f32 bias hides its key: at most masking_bias, NaN excluded, on its bits (a negative
- * float's bits, as a signed integer, grow with its magnitude, up to -inf's). */
-Expr bias_hides(const Expr &bias) {
-    Expr bits = Halide::reinterpret<int32_t>(bias);
-    return bits >= bits_of(masking_bias) &&
-           bits <= bits_of(-std::numeric_limits<float>::infinity());
-}
-
-/** 1 / sum, or 0 where sum is exactly +0 (no visible key): NaN stays NaN. */
-Expr inverse_sum(const Expr &sum) {
-    return Halide::select(Halide::reinterpret<int32_t>(sum) == 0, 0.0f, 1.0f / sum);
-}
-
-/** The keys [begin, end) visible to some query of a query's aligned block. */
-using KeyRange = std::pair<Expr, Expr>;
-/** probs' value at (key, q, h, b) given the maximum it is taken relative to. */
-using Probability = std::function<Expr(const Expr &key, const Expr &max)>;
-/** The softmax's exponential, in the units of the scores (score_units). */
-using Exponential = std::function<Expr(const Expr &)>;
-
-/**
- * The exact combine of chunk results that `t.partials` (d, j, q, h, b) holds as Tuple(out, max,
- * sum), each relative to its own max: row_max, part_scale, row_sum and weighted_sum over the
- * chunks of chunk_keys keys that hold visible keys.
- */
-void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRange &range,
-                    const Exponential &exponential) {
-    Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
-    const int chunk = t.options.chunk_keys;
-    const int tile = t.options.alternate_chunks ? t.options.query_tile : 0;
-    // Chunks wholly outside the visible range are not visited.
-    Expr chunks = (in.key_len + (chunk - 1)) / chunk;
-    t.r_chunks = RDom(0, chunks, "r_chunks");
-    Expr c_first = t.r_chunks.x * chunk;
-    t.r_chunks.where(c_first < range.second && c_first + chunk > range.first);
-    auto partial = [&](const Expr &at, const Expr &step) {
-        return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
-                        : t.partials(at, step, q, h, b);
-    };
-    auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
-    auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
-    t.row_max(q, h, b) = lowest;
-    t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
-    // A chunk with every key masked has part_max = lowest and contributes nothing.
-    t.part_scale(j, q, h, b) = Halide::select(has_lowest_bits(chunk_max(j)), 0.0f,
-                                              exponential(chunk_max(j) - t.row_max(q, h, b)));
-    t.row_sum(q, h, b) = 0.0f;
-    t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
-    t.weighted_sum(d, q, h, b) = 0.0f;
-    t.weighted_sum(d, q, h, b) += t.part_scale(t.r_chunks, q, h, b) * partial(d, t.r_chunks)[0];
-}
-
-/**
- * The online (one-pass) form: the keys in steps of step_keys, each step's max (part_max) and
- * probabilities relative to it (probs) computed once, and folded into `running` (see
- * AttentionStages::running). `tile_range` is the keys a whole tile of query_tile rows sees,
- * which bounds the steps. Returns the normalized attention where the fold walks every key
- * (chunk_keys 0); with split-KV chunks (chunk_keys, a multiple of step_keys) the fold walks the
- * steps of one chunk, `partials` holds its results for the caller to combine, and the result is
- * undefined.
- */
-Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
-                   const Probability &probability, const Exponential &exponential) {
-    const AlgorithmOptions &options = t.options;
-    const int step = options.step_keys;
-    const int width = options.d_per_lane;
-    const int split = options.chunk_keys;
-    const int tile = std::max(options.query_tile, 1);
-    Var d = t.d, j = t.j, q = t.q, k = t.k, h = t.h, b = t.b, dg = t.d_group, q_tile = t.q_tile;
-    Expr kv_head = h / t.spec.group_size();
-
-    // Each step's max and the probabilities relative to it, over all of its keys: `masked`
-    // masks those past Lk (and every key a mask hides).
-    t.r_keys = RDom(0, step, "r_keys");
-    t.part_max(j, q, h, b) = lowest;
-    t.part_max(j, q, h, b) =
-        Halide::max(t.part_max(j, q, h, b), t.masked(j * step + t.r_keys.x, q, h, b));
-    t.probs(k, q, h, b) = probability(k, t.part_max(k / step, q, h, b));
-
-    // The fold, for row q of tile q_tile, over r_online (key in step, a unit, step). Steps
-    // past the last key visible to the tile are not visited. The test depends on the step
-    // alone, so Halide puts it right inside the loop over steps; a schedule that computes each
-    // step's stages at the unit's loop computes them inside the test too, and such a step costs
-    // the test alone. (Testing a window's first key as well made Halide 14 slide the step's
-    // buffers along the steps and size them by the sequence: steps before a window are
-    // computed, their keys masked.)
-    const bool has_split = split > 0;
-    Expr steps = has_split ? Expr(split / step) : (in.key_len + (step - 1)) / step;
-    t.r_online = RDom({{0, step}, {0, 1}, {0, steps}}, "r_online");
-    RVar key_in_step = t.r_online.x;
-    Expr step_index = has_split ? j * (split / step) + t.r_online.z : Expr(t.r_online.z);
-    Expr first_key = step_index * step;
-    t.r_online.where(first_key < tile_range.second);
-    Expr key = first_key + key_in_step;
-    Expr query = q_tile * tile + q;
-
-    std::vector<Expr> args = {dg, q, q_tile, h, b};
-    if (has_split)
-        args.insert(args.begin() + 1, j);
-    // The state: width output elements, then m (the running max), l (the running sum) and
-    // the step's weight exp(part_max - m), all relative to m.
-    const int max_at = width, sum_at = width + 1, weight_at = width + 2;
-    std::vector<Expr> initial(width, Expr(0.0f));
-    initial.push_back(lowest);
-    initial.push_back(0.0f);
-    initial.push_back(0.0f);
-    t.running(args) = Halide::Tuple(initial);
-
-    // On a step's first key the state moves to the new max, max(m, part_max): o and l are
-    // rescaled by exp(m - m_new), and the step's probabilities (relative to part_max) weigh
-    // exp(part_max - m_new) from then on. Both exponentials depend on the row alone. Every key
-    // then adds its weighted probability times its value. A schedule that unrolls the keys of
-    // a step leaves the move in the first key's code alone; the other keys are marked likely.
-    Halide::FuncRef state = t.running(args);
-    Expr later = Halide::likely(key_in_step != 0);
-    Expr step_max = t.part_max(step_index, query, h, b);
-    Expr m = state[max_at];
-    Expr m_new = Halide::max(m, step_max);
-    Expr rescale = exponential(m - m_new);
-    Expr weight = Halide::select(later, state[weight_at], exponential(step_max - m_new));
-    Expr p = t.probs(key, query, h, b) * weight;
-    std::vector<Expr> updated;
-    for (int i = 0; i < width; i++) {
-        Expr o = Halide::select(later, state[i], state[i] * rescale);
-        updated.push_back(o + p * t.v_heads(dg * width + i, key, kv_head, b));
-    }
-    updated.push_back(Halide::select(later, m, m_new));
-    updated.push_back(Halide::select(later, state[sum_at], state[sum_at] * rescale) + p);
-    updated.push_back(weight);
-    t.running(args) = Halide::Tuple(updated);
-
-    // Head_dim element d of query q is element d % width of the state at (d / width, q).
-    std::vector<Expr> at = {d / width, q % tile, q / tile, h, b};
-    if (has_split)
-        at.insert(at.begin() + 1, j);
-    Halide::FuncRef result = t.running(at);
-    std::vector<Expr> elements;
-    for (int i = 0; i < width; i++)
-        elements.push_back(result[i]);
-    Expr out = width == 1 ? elements[0] : Halide::mux(d % width, elements);
-    Expr max = result[max_at], sum = result[sum_at];
-    if (has_split) {
-        t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
-        return Expr();
-    }
-    return out * inverse_sum(sum);
-}
 
 /**
  * Defines scores and masked in `t`, whose q_heads and k_heads are defined: S = (scale * Q) K^T,
@@ -558,6 +202,38 @@ void define_whole_rows(AttentionStages &t, const AttentionInputs &in, const Soft
 }
 
 /**
+ * The exact combine of chunk results that `t.partials` (d, j, q, h, b) holds as Tuple(out, max,
+ * sum), each relative to its own max: row_max, part_scale, row_sum and weighted_sum over the
+ * chunks of chunk_keys keys that hold visible keys.
+ */
+void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRange &range,
+                    const Exponential &exponential) {
+    Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
+    const int chunk = t.options.chunk_keys;
+    const int tile = t.options.alternate_chunks ? t.options.query_tile : 0;
+    // Chunks wholly outside the visible range are not visited.
+    Expr chunks = (in.key_len + (chunk - 1)) / chunk;
+    t.r_chunks = RDom(0, chunks, "r_chunks");
+    Expr c_first = t.r_chunks.x * chunk;
+    t.r_chunks.where(c_first < range.second && c_first + chunk > range.first);
+    auto partial = [&](const Expr &at, const Expr &step) {
+        return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
+                        : t.partials(at, step, q, h, b);
+    };
+    auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
+    auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
+    t.row_max(q, h, b) = lowest;
+    t.row_max(q, h, b) = Halide::max(t.row_max(q, h, b), chunk_max(t.r_chunks));
+    // A chunk with every key masked has part_max = lowest and contributes nothing.
+    t.part_scale(j, q, h, b) = Halide::select(has_lowest_bits(chunk_max(j)), 0.0f,
+                                              exponential(chunk_max(j) - t.row_max(q, h, b)));
+    t.row_sum(q, h, b) = 0.0f;
+    t.row_sum(q, h, b) += t.part_scale(t.r_chunks, q, h, b) * chunk_sum(t.r_chunks);
+    t.weighted_sum(d, q, h, b) = 0.0f;
+    t.weighted_sum(d, q, h, b) += t.part_scale(t.r_chunks, q, h, b) * partial(d, t.r_chunks)[0];
+}
+
+/**
  * The chunks form: partial statistics and output per chunk of keys (`partials`), then their
  * exact combine, so that a chunk's scores stay in cache and chunks are independent work.
  */
@@ -626,6 +302,148 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
 }
 
 /**
+ * The layout of the online form's state (AttentionStages::running): `width` output elements,
+ * then m (the running max), l (the running sum) and the step's weight exp(part_max - m), all
+ * relative to m.
+ */
+struct RunningLayout {
+    int width;
+    int max_at() const { return width; }
+    int sum_at() const { return width + 1; }
+    int weight_at() const { return width + 2; }
+};
+
+/**
+ * The running state's pure arguments, `at` for (d_group, q, q_tile, h, b), with split-KV
+ * chunks the chunk j second.
+ */
+std::vector<Expr> running_args(std::vector<Expr> at, const Expr &chunk, bool has_split) {
+    if (has_split)
+        at.insert(at.begin() + 1, chunk);
+    return at;
+}
+
+/**
+ * Each step's max (part_max) and the probabilities relative to it (probs), over all of its
+ * keys: `masked` masks those past Lk (and every key a mask hides).
+ */
+void define_step_probabilities(AttentionStages &t, const Probability &probability) {
+    const int step = t.options.step_keys;
+    Var j = t.j, q = t.q, k = t.k, h = t.h, b = t.b;
+    t.r_keys = RDom(0, step, "r_keys");
+    t.part_max(j, q, h, b) = lowest;
+    t.part_max(j, q, h, b) =
+        Halide::max(t.part_max(j, q, h, b), t.masked(j * step + t.r_keys.x, q, h, b));
+    t.probs(k, q, h, b) = probability(k, t.part_max(k / step, q, h, b));
+}
+
+/**
+ * The fold, for row q of tile q_tile, over r_online (key in step, a unit, step): `running`'s
+ * initial state and its update. `tile_range` bounds the steps.
+ */
+void define_fold(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
+                 const Exponential &exponential) {
+    const AlgorithmOptions &options = t.options;
+    const int step = options.step_keys;
+    const int split = options.chunk_keys;
+    const int tile = std::max(options.query_tile, 1);
+    const RunningLayout layout{options.d_per_lane};
+    const int width = layout.width;
+    Var j = t.j, q = t.q, h = t.h, b = t.b, dg = t.d_group, q_tile = t.q_tile;
+    Expr kv_head = h / t.spec.group_size();
+
+    // Steps past the last key visible to the tile are not visited. The test depends on the step
+    // alone, so Halide puts it right inside the loop over steps; a schedule that computes each
+    // step's stages at the unit's loop computes them inside the test too, and such a step costs
+    // the test alone. (Testing a window's first key as well made Halide 14 slide the step's
+    // buffers along the steps and size them by the sequence: steps before a window are
+    // computed, their keys masked.)
+    const bool has_split = split > 0;
+    Expr steps = has_split ? Expr(split / step) : (in.key_len + (step - 1)) / step;
+    t.r_online = RDom({{0, step}, {0, 1}, {0, steps}}, "r_online");
+    RVar key_in_step = t.r_online.x;
+    Expr step_index = has_split ? j * (split / step) + t.r_online.z : Expr(t.r_online.z);
+    Expr first_key = step_index * step;
+    t.r_online.where(first_key < tile_range.second);
+    Expr key = first_key + key_in_step;
+    Expr query = q_tile * tile + q;
+
+    const std::vector<Expr> args = running_args({dg, q, q_tile, h, b}, j, has_split);
+    const int max_at = layout.max_at(), sum_at = layout.sum_at(), weight_at = layout.weight_at();
+    // The initial state (RunningLayout): no output, m = lowest, l = 0 and weight 0.
+    std::vector<Expr> initial(width, Expr(0.0f));
+    initial.push_back(lowest);
+    initial.push_back(0.0f);
+    initial.push_back(0.0f);
+    t.running(args) = Halide::Tuple(initial);
+
+    // On a step's first key the state moves to the new max, max(m, part_max): o and l are
+    // rescaled by exp(m - m_new), and the step's probabilities (relative to part_max) weigh
+    // exp(part_max - m_new) from then on. Both exponentials depend on the row alone. Every key
+    // then adds its weighted probability times its value. A schedule that unrolls the keys of
+    // a step leaves the move in the first key's code alone; the other keys are marked likely.
+    Halide::FuncRef state = t.running(args);
+    Expr later = Halide::likely(key_in_step != 0);
+    Expr step_max = t.part_max(step_index, query, h, b);
+    Expr m = state[max_at];
+    Expr m_new = Halide::max(m, step_max);
+    Expr rescale = exponential(m - m_new);
+    Expr weight = Halide::select(later, state[weight_at], exponential(step_max - m_new));
+    Expr p = t.probs(key, query, h, b) * weight;
+    std::vector<Expr> updated;
+    for (int i = 0; i < width; i++) {
+        Expr o = Halide::select(later, state[i], state[i] * rescale);
+        updated.push_back(o + p * t.v_heads(dg * width + i, key, kv_head, b));
+    }
+    updated.push_back(Halide::select(later, m, m_new));
+    updated.push_back(Halide::select(later, state[sum_at], state[sum_at] * rescale) + p);
+    updated.push_back(weight);
+    t.running(args) = Halide::Tuple(updated);
+}
+
+/**
+ * The fold's result: the normalized attention without split-KV chunks; with them, `partials`
+ * defined from the chunk's state for the caller to combine, and an undefined Expr.
+ */
+Expr online_result(AttentionStages &t) {
+    const AlgorithmOptions &options = t.options;
+    const RunningLayout layout{options.d_per_lane};
+    const int width = layout.width;
+    const int tile = std::max(options.query_tile, 1);
+    const bool has_split = options.chunk_keys > 0;
+    Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
+    // Head_dim element d of query q is element d % width of the state at (d / width, q).
+    Halide::FuncRef result =
+        t.running(running_args({d / width, q % tile, q / tile, h, b}, j, has_split));
+    std::vector<Expr> elements;
+    for (int i = 0; i < width; i++)
+        elements.push_back(result[i]);
+    Expr out = width == 1 ? elements[0] : Halide::mux(d % width, elements);
+    Expr max = result[layout.max_at()], sum = result[layout.sum_at()];
+    if (has_split) {
+        t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
+        return Expr();
+    }
+    return out * inverse_sum(sum);
+}
+
+/**
+ * The online (one-pass) form: the keys in steps of step_keys, each step's max (part_max) and
+ * probabilities relative to it (probs) computed once, and folded into `running` (see
+ * AttentionStages::running). `tile_range` is the keys a whole tile of query_tile rows sees,
+ * which bounds the steps. Returns the normalized attention where the fold walks every key
+ * (chunk_keys 0); with split-KV chunks (chunk_keys, a multiple of step_keys) the fold walks the
+ * steps of one chunk, `partials` holds its results for the caller to combine, and the result is
+ * undefined. The GPU's form: K and V are read once and a step's state stays in registers.
+ */
+Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
+                   const Probability &probability, const Exponential &exponential) {
+    define_step_probabilities(t, probability);
+    define_fold(t, in, tile_range, exponential);
+    return online_result(t);
+}
+
+/**
  * Defines the stages from the scores to weighted_sum in `t`, whose q_heads, k_heads and v_heads
  * are defined, in the form `options` names (effective_options), and returns the normalized
  * attention, attn_out's value.
@@ -659,61 +477,6 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
 
 } // namespace
 
-Expr softmax_exp2(const Expr &x) {
-    // 2^f on [-1/2, 1/2]: a near-minimax fit of the relative error (Lawson's iteration on 4001
-    // Chebyshev points), 1.9e-9 in exact arithmetic and 1.1e-7 evaluated in f32.
-    static constexpr float coefficients[] = {1.0f,
-                                             0.6931471824645996f,
-                                             0.24022647738456726f,
-                                             0.05550328642129898f,
-                                             0.009618470445275307f,
-                                             0.001339997281320393f,
-                                             0.00015350867761299014f};
-    // The clamp is strict_float: under fast-math flags a max may return -126.5 for a NaN x,
-    // and exp(NaN) must be NaN (see hide_score).
-    Expr t = Halide::strict_float(Halide::select(x < -126.5f, -126.5f, x));
-    // For t < 1/2, t - 1/2 < 0, so truncation rounds it up: n is t rounded to the nearest
-    // integer, in [-127, 0], and (n + 127) << 23 is 2^n as a float's bits (0 for n = -127).
-    Expr n = Halide::cast<int>(t - 0.5f);
-    Expr f = t - Halide::cast<float>(n);
-    Expr polynomial = coefficients[6];
-    for (int i = 5; i >= 0; i--)
-        polynomial = polynomial * f + coefficients[i];
-    return polynomial * Halide::reinterpret<float>((n + 127) << 23);
-}
-
-Halide::Tuple turns_cos_sin(const Expr &turns) {
-    // The nearest quarter turn (the top two bits after adding an eighth) and the rest, a signed
-    // fraction of a turn in [-1/8, 1/8): an angle r in [-pi/4, pi/4], from its top 32 bits.
-    Expr eighth = Halide::Internal::make_const(Halide::UInt(64), uint64_t(1) << 61);
-    Expr quadrant = Halide::cast<int32_t>((turns + eighth) >> 62);
-    Expr rest = Halide::cast<int64_t>(turns - (Halide::cast<uint64_t>(quadrant) << 62));
-    constexpr double pi = 3.14159265358979323846;
-    Expr r = f32(Halide::cast<int32_t>(rest >> 32)) * static_cast<float>(2 * pi / 4294967296.0);
-    // Cephes' single-precision sinf and cosf polynomials on [-pi/4, pi/4].
-    Expr z = r * r;
-    Expr sin = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
-    Expr cos =
-        1.0f - 0.5f * z +
-        z * z * (4.166664568298827e-2f + z * (-1.388731625493765e-3f + z * 2.443315711809948e-5f));
-    // A quarter turn more maps (cos, sin) to (-sin, cos).
-    Expr cos_turned =
-        Halide::select(quadrant == 0, cos, quadrant == 1, -sin, quadrant == 2, -cos, sin);
-    Expr sin_turned =
-        Halide::select(quadrant == 0, sin, quadrant == 1, cos, quadrant == 2, -sin, -cos);
-    return Halide::Tuple(cos_turned, sin_turned);
-}
-
-Expr softmax_exp(const Expr &x) {
-    Expr base2 = x * 1.44269504f;
-    return softmax_exp2(Halide::strict_float(Halide::select(base2 > 0.0f, 0.0f, base2)));
-}
-
-double score_units(const AttentionSpec &spec, const AlgorithmOptions &options) {
-    constexpr double log2_e = 1.4426950408889634;
-    return options.polynomial_exp && !spec.score_mod ? log2_e : 1.0;
-}
-
 AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested) {
     AlgorithmOptions options = requested;
     if ((options.form == AttentionForm::chunks && options.chunk_keys <= 0) ||
@@ -742,6 +505,76 @@ AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOpt
 namespace {
 
 /**
+ * rope_table (pair, position): the cos and sin of each rotary pair's angle, position times its
+ * inverse frequency. Only the angle modulo a turn matters, and in f32 a product of a position
+ * and a frequency loses it (at position 4096 by up to 2.4e-4 radians), so the angle is reduced
+ * exactly in integers: the pair's frequency in turns per position, frac(frequency / 2 pi), is
+ * a 64-bit fixed-point constant (computed in double when the pipeline is built), and the
+ * position times it, modulo 2^64, is the angle's turns (turns_cos_sin). With rope = table the
+ * caller's rope_cos and rope_sin are the table.
+ */
+void define_rope_table(AttentionStages &s, const AttentionSpec &spec, const AttentionInputs &in) {
+    if (spec.rope.table) {
+        // The caller's tables, a row per key position; clamped, for the rows a schedule rounds
+        // a tile past (queries sit at key positions: the runtime refuses Lq > Lk).
+        Expr row = Halide::clamp(s.position, 0, in.key_len - 1);
+        s.rope_table(s.pair, s.position) =
+            Halide::Tuple(in.rope_cos(s.pair, row), in.rope_sin(s.pair, row));
+        return;
+    }
+    constexpr double pi = 3.14159265358979323846;
+    std::vector<Expr> turns_per_position;
+    for (double frequency : rope_inverse_frequencies(spec.rope, spec.resolved_rotary_dim())) {
+        const double turns = frequency / (2 * pi);
+        const double fixed = std::ldexp(turns - std::floor(turns), 64);
+        const uint64_t bits = fixed >= std::ldexp(1.0, 64) ? 0 : static_cast<uint64_t>(fixed);
+        turns_per_position.push_back(Halide::Internal::make_const(Halide::UInt(64), bits));
+    }
+    Expr step = turns_per_position.size() == 1 ? turns_per_position[0]
+                                               : Halide::mux(s.pair, turns_per_position);
+    // Two's complement: a negative position (a query before the first key) turns backwards.
+    Expr turns = Halide::cast<uint64_t>(Halide::cast<int64_t>(s.position)) * step;
+    s.rope_table(s.pair, s.position) = turns_cos_sin(turns);
+}
+
+/** Feature d of `rows` (d, pos, h, b), in f32, to be rotated at key position `position`. */
+struct RotaryFeature {
+    const Func &rows;
+    Expr d, pos, h, b;
+    Expr position;
+};
+
+/**
+ * `feature` rotated at its position: pairs (d, d + rotary_dim / 2) with neox, (2i, 2i + 1)
+ * interleaved; features from rotary_dim on pass unchanged.
+ */
+Expr rotated(const AttentionStages &s, const AttentionSpec &spec, const RotaryFeature &feature) {
+    const Expr &d = feature.d, &pos = feature.pos, &h = feature.h, &b = feature.b;
+    const Expr &position = feature.position;
+    const Func &rows = feature.rows;
+    const int rotary_dim = spec.resolved_rotary_dim(), half = rotary_dim / 2;
+    Expr pair, partner, first;
+    if (spec.rope.kind == RopeKind::neox) {
+        first = d < half;
+        pair = Halide::select(first, d, d - half);
+        partner = Halide::select(first, d + half, d - half);
+    } else {
+        first = d % 2 == 0;
+        pair = d / 2;
+        partner = Halide::select(first, d + 1, d - 1);
+    }
+    // Clamped for bounds inference: the features past rotary_dim read neither.
+    pair = Halide::clamp(pair, 0, half - 1);
+    partner = Halide::clamp(partner, 0, spec.resolved_head_dim() - 1);
+    Expr cos = s.rope_table(pair, position)[0], sin = s.rope_table(pair, position)[1];
+    Expr x = rows(d, pos, h, b), other = rows(partner, pos, h, b);
+    // (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+    Expr turned = x * cos + Halide::select(first, -other, other) * sin;
+    return rotary_dim < spec.resolved_head_dim() ? Halide::select(d < rotary_dim, turned, x)
+                                                 : turned;
+}
+
+/**
  * Per-head rows in f32 that q_heads, k_heads and v_heads are made from: (d, row, h, b), and the
  * row `q_at` of `queries` that row q of the attention stages reads.
  */
@@ -760,8 +593,8 @@ void define_rotated_heads(AttentionStages &s, const AttentionInputs &in, const H
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     define_rope_table(s, s.spec, in);
     s.q_rope(d, q, h, b) =
-        rotated(s, s.spec, rows.queries, d, q, h, b, q + (in.key_len - in.query_len));
-    s.k_rope(d, k, h, b) = rotated(s, s.spec, rows.keys, d, k, h, b, k);
+        rotated(s, s.spec, {rows.queries, d, q, h, b, q + (in.key_len - in.query_len)});
+    s.k_rope(d, k, h, b) = rotated(s, s.spec, {rows.keys, d, k, h, b, k});
     s.q_heads(d, q, h, b) = s.q_rope(d, rows.q_at, h, b) * scale;
     s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
 }
@@ -785,8 +618,8 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         auto position = [&](const Expr &t) {
             return Halide::clamp(in.cache_lengths(b) + t, 0, last_key);
         };
-        s.q_rope(d, q, h, b) = rotated(s, spec, rows.queries, d, q, h, b, position(q));
-        s.k_rope(d, k, h, b) = rotated(s, spec, rows.keys, d, k, h, b, position(k));
+        s.q_rope(d, q, h, b) = rotated(s, spec, {rows.queries, d, q, h, b, position(q)});
+        s.k_rope(d, k, h, b) = rotated(s, spec, {rows.keys, d, k, h, b, position(k)});
         q_rows = s.q_rope;
         k_rows = s.k_rope;
     }
