@@ -36,8 +36,15 @@ disassembly() {
 
 compare() {
     local before=$1 after=$2 same=0 differ=0 missing=0
-    local files
+    local files dir
+    for dir in "$before" "$after"; do
+        [[ -d $dir ]] || { echo "compare_generated: no directory $dir" >&2; exit 2; }
+    done
     files=$( (generated_files "$before"; generated_files "$after") | sort -u)
+    if [[ -z $files ]]; then
+        echo "compare_generated: no generated files in $before or $after: build first" >&2
+        exit 2
+    fi
     while read -r file; do
         if [[ ! -f $before/$file || ! -f $after/$file ]]; then
             echo "only in $([[ -f $before/$file ]] && echo "$before" || echo "$after"): $file"
