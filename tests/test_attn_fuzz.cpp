@@ -393,6 +393,8 @@ TEST_CASE("pathological inputs return with errors in range") {
         check_promises(input.second);
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         INFO("took " << seconds << " s");
-        CHECK(seconds < 30.0); // a hang would be far longer; this is not a benchmark
+        // A hang would be far longer; this is not a benchmark. The bound leaves room for
+        // qemu-aarch64 on a busy 2-core machine, where the slowest input took 37 s.
+        CHECK(seconds < 120.0);
     }
 }
