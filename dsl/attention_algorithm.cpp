@@ -497,8 +497,6 @@ AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOpt
         options.alternate_chunks = false;
     if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
         options.kv_value_block = 0;
-    if (!spec.projections.any() || spec.cross_attention || spec.resolved_kv_heads() != spec.heads)
-        options.fused_qkv = false;
     return options;
 }
 
@@ -648,7 +646,7 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
 
 /**
  * Q = X Wq^T + bq, K = Xkv Wk^T + bk, V = Xkv Wv^T + bv, split into heads (q_proj, k_proj,
- * v_proj), or with fused_qkv as the slices of one projection.
+ * v_proj).
  */
 void define_projections(AttentionStages &s, const AttentionInputs &in) {
     const AttentionSpec &spec = s.spec;
@@ -666,22 +664,6 @@ void define_projections(AttentionStages &s, const AttentionInputs &in) {
     else
         s.kv_rows = s.q_rows;
     Expr row = h * head_dim + d;
-    if (s.options.fused_qkv) {
-        // Slice p of qkv_proj is Q, K or V; the weights are selected by p, which a schedule
-        // packing them makes a constant.
-        Var p{"p"};
-        s.qkv_weight(in_feature, out_feature, p) =
-            f32(Halide::select(p == 0, in.wq(in_feature, out_feature), p == 1,
-                               in.wk(in_feature, out_feature), in.wv(in_feature, out_feature)));
-        s.qkv_proj(d, q, p, h, b) =
-            proj.bias ? f32(Halide::select(p == 0, in.bq(row), p == 1, in.bk(row), in.bv(row)))
-                      : Expr(0.0f);
-        s.qkv_proj(d, q, p, h, b) += s.q_rows(s.r_model, q, b) * s.qkv_weight(s.r_model, row, p);
-        s.q_proj(d, q, h, b) = s.qkv_proj(d, q, 0, h, b);
-        s.k_proj(d, k, h, b) = s.qkv_proj(d, k, 1, h, b);
-        s.v_proj(d, k, h, b) = s.qkv_proj(d, k, 2, h, b);
-        return;
-    }
     auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
                        const Func &raw_weight, const Func &bias) {
         weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));

@@ -130,20 +130,13 @@ struct AlgorithmOptions {
      * a score_mod must see natural scores.
      */
     bool polynomial_exp = false;
-    /**
-     * Self-attention with projections and as many kv heads as heads: Q, K and V as slices of
-     * one projection (AttentionStages::qkv_proj), so that a schedule can read each row of x once
-     * for all three.
-     */
-    bool fused_qkv = false;
 };
 
 /**
  * The options build_attention writes a spec in: `requested` with what does not apply to the
- * spec or form turned off (alternate_chunks under a mask that bounds the keys, fused_qkv
- * outside self-attention with as many kv heads as heads, a kv_value_block that does not divide
- * the chunks, rows_up_to and chunk settings outside the chunks form). Schedules read these,
- * kept with the stages, to know the form they schedule.
+ * spec or form turned off (alternate_chunks under a mask that bounds the keys, a
+ * kv_value_block that does not divide the chunks, rows_up_to and chunk settings outside the chunks
+ * form). Schedules read these, kept with the stages, to know the form they schedule.
  */
 AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested);
 
@@ -175,12 +168,6 @@ struct AttentionStages {
     Halide::Func q_proj{"q_proj"}, k_proj{"k_proj"}, v_proj{"v_proj"};
     Halide::Func q_weight{"q_weight"}, k_weight{"k_weight"}, v_weight{"v_weight"};
     Halide::Func o_weight{"o_weight"};
-    /**
-     * The fused form of self-attention's Q/K/V projections (AlgorithmOptions::fused_qkv): one
-     * GEMM qkv_proj (d, row, p, h, b) over the weights qkv_weight (in, out, p), p = 0, 1, 2
-     * for Q, K, V; q_proj, k_proj and v_proj are then its three slices. Undefined otherwise.
-     */
-    Halide::Func qkv_proj{"qkv_proj"}, qkv_weight{"qkv_weight"};
     /**
      * Rotary embeddings (spec.rope), undefined without them: rope_table (pair, position) is
      * Tuple(cos, sin) of the pair's angle at a position; q_rope (d, q, h, b) and k_rope (d, k,

@@ -92,22 +92,12 @@ void pack_transposed(Func weight, int outputs, int lanes) {
     Var in = weight.args()[0], out = weight.args()[1];
     Var out_inner{out.name() + "_inner"}, in_inner{in.name() + "_inner"};
     Var in_block{in.name() + "_block"};
-    std::vector<Var> storage{out, in};
-    std::vector<Halide::VarOrRVar> loops{out_inner, in_inner, in, out, in_block};
-    if (weight.dimensions() == 3) {
-        // qkv_weight (in, out, p): one packed weight after another, p unrolled so that each
-        // copy selects its source weight once, at compile time.
-        Var p = weight.args()[2];
-        storage.push_back(p);
-        loops.emplace_back(p);
-        weight.bound(p, 0, 3).unroll(p);
-    }
     weight.compute_root()
-        .reorder_storage(storage)
+        .reorder_storage(out, in)
         .bound_storage(out, padded_row(outputs, lanes))
         .split(in, in_block, in, 8 * lanes, TailStrategy::GuardWithIf)
         .tile(out, in, out_inner, in_inner, lanes, lanes, TailStrategy::GuardWithIf)
-        .reorder(loops)
+        .reorder(out_inner, in_inner, in, out, in_block)
         .vectorize(out_inner)
         .unroll(in_inner)
         .parallel(in_block);
@@ -235,11 +225,9 @@ struct GemmLoops {
  * of the outputs; group_size divides its extent), and walks its panels of `block` outputs,
  * each over every register tile of params.gemm_rows rows x `block` outputs: one broadcast of
  * `a` per row, vectors of `vec` outputs from the panel, which stays in L2 while the task's
- * rows pass by. `reduction` lists the update's loops, innermost first; `in_task`, further pure
- * loops of `tiled` to run inside a task (outside `group`). Returns the task loop.
+ * rows pass by. `reduction` lists the update's loops, innermost first. Returns the task loop.
  */
-Var tile_packed_gemm(const GemmLoops &gemm, int vec, int block, const CpuScheduleParams &params,
-                     const std::vector<Var> &in_task = {}) {
+Var tile_packed_gemm(const GemmLoops &gemm, int vec, int block, const CpuScheduleParams &params) {
     Func tiled = gemm.tiled, stage = gemm.stage;
     const Var &out = gemm.out, &row = gemm.row, &group = gemm.group, &b = gemm.b;
     const int gemm_rows = params.gemm_rows;
@@ -252,10 +240,7 @@ Var tile_packed_gemm(const GemmLoops &gemm, int vec, int block, const CpuSchedul
         .split(row, row_outer, row_inner, gemm_rows, TailStrategy::GuardWithIf)
         .split(group, group_task, group, gemm.group_size)
         .split(out, out_outer, out_inner, block);
-    std::vector<Halide::VarOrRVar> loops{out_inner, row_inner, row_outer, out_outer, group};
-    loops.insert(loops.end(), in_task.begin(), in_task.end());
-    loops.insert(loops.end(), {group_task, row_task, b});
-    tiled.reorder(loops)
+    tiled.reorder(out_inner, row_inner, row_outer, out_outer, group, group_task, row_task, b)
         .vectorize(out_inner, vec)
         .unroll(out_inner)
         .unroll(row_inner)
@@ -293,26 +278,29 @@ struct Projection {
     int outputs;
 };
 
+/** The GEMM loops of a projection, tiled in `tiled`: tasks of whole heads (gemm_task_heads). */
+GemmLoops head_projection_loops(Func tiled, const Projection &projection,
+                                const AttentionStages &s) {
+    Func stage = projection.stage;
+    const int task_heads = gemm_task_heads(projection.outputs, s.spec.resolved_head_dim());
+    return {tiled, stage, s.d, stage.args()[1], s.h, task_heads, s.b, {stage.rvars(0)[0]}};
+}
+
 /**
  * Schedules a Q, K or V projection (Projection) as a packed GEMM (tile_packed_gemm), for prefill:
  * tasks of whole heads, and each task copies its rows of activations once, so that the inner loop
- * reads them at fixed strides with no clamps left in it. The fused Q/K/V projection, `stage(d, row,
- * p, h, b)` over `w(r, out, p)`, passes `in_task` = {p}: its three slices share each task's copy.
+ * reads them at fixed strides with no clamps left in it.
  */
 void schedule_projection_packed(const Projection &projection, const AttentionStages &s, int lanes,
-                                const CpuScheduleParams &params,
-                                const std::vector<Var> &in_task = {}) {
+                                const CpuScheduleParams &params) {
     const int head_dim = s.spec.resolved_head_dim();
     Func stage = projection.stage, rows = projection.rows;
     pack_transposed(projection.weight, projection.outputs, lanes);
     const int d_vec = vector_width_dividing(head_dim, lanes);
     Func tiled = stage.in();
     tiled.compute_root();
-    const GemmLoops gemm{tiled, stage,
-                         s.d,   stage.args()[1],
-                         s.h,   gemm_task_heads(projection.outputs, head_dim),
-                         s.b,   {stage.rvars(0)[0]}};
-    Var task = tile_packed_gemm(gemm, d_vec, panel_width(head_dim, d_vec), params, in_task);
+    Var task = tile_packed_gemm(head_projection_loops(tiled, projection, s), d_vec,
+                                panel_width(head_dim, d_vec), params);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
@@ -641,9 +629,8 @@ CpuPlan cpu_plan(const AttentionStages &s, const Halide::Target &target,
 }
 
 /**
- * The Q, K and V projections: one packed GEMM for the fused form; in decode, dot products that
- * read the weights in place; in prefill, GEMMs that broadcast the weights in place or read them
- * packed (params.packed_weights).
+ * The Q, K and V projections: in decode, dot products that read the weights in place; in prefill,
+ * GEMMs that broadcast the weights in place or read them packed (params.packed_weights).
  */
 void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
     const CpuScheduleParams &params = plan.params;
@@ -654,13 +641,6 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
     const Projection projections[] = {{s.q_proj, s.q_weight, s.q_rows, q_outputs},
                                       {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
                                       {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
-    // Self-attention, prefill, fused_qkv: Q, K and V are the slices p of one GEMM, and a
-    // task's rows of x, copied once, serve all three (p runs inside the task).
-    if (s.options.fused_qkv) {
-        schedule_projection_packed({s.qkv_proj, s.qkv_weight, s.q_rows, q_outputs}, s, lanes,
-                                   params, {s.qkv_proj.args()[2]});
-        return; // q_proj, k_proj and v_proj are its slices, inlined
-    }
     // Prefill with the weights read in place: one transposed copy of each activation source
     // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
     // back for P·V, which reads V rows along head_dim.
@@ -695,13 +675,9 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
                                           0},
                                          lanes);
         } else if (weights_in_place) {
-            const GemmLoops gemm{stage.in(), stage,
-                                 s.d,        stage.args()[1],
-                                 s.h,        gemm_task_heads(projection.outputs, head_dim),
-                                 s.b,        {stage.rvars(0)[0]}};
-            schedule_projection_broadcast(gemm, projection.weight,
-                                          largest_divisor_at_most(head_dim, params.gemm_outputs),
-                                          params, lanes);
+            schedule_projection_broadcast(
+                head_projection_loops(stage.in(), projection, s), projection.weight,
+                largest_divisor_at_most(head_dim, params.gemm_outputs), params, lanes);
         } else {
             schedule_projection_packed(projection, s, lanes, params);
         }

@@ -339,8 +339,6 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_head_dim());
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
-        // Prefill only: decode reads the weights in place.
-        options.fused_qkv = !split && cpu.fused_qkv;
         break;
     }
     case ResolvedSchedule::Family::gpu:

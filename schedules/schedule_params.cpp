@@ -164,17 +164,6 @@ std::vector<ScheduleParam> cpu_packed_projection_params() {
          "true for f16 and bf16 (packing converts the weights once)",
          W::prefill_with_projections,
          {0, 1}},
-        {"fused_qkv",
-         F::cpu,
-         &CpuScheduleParams::fused_qkv,
-         0,
-         1,
-         "Self-attention's Q, K and V (as many kv heads as heads) as one packed GEMM whose "
-         "tasks copy their rows of x once for all three; prefill only.",
-         all_cpus(0),
-         "",
-         W::prefill_with_projections,
-         {0, 1}},
         {"gemm_rows",
          F::cpu,
          &CpuScheduleParams::gemm_rows,
@@ -509,6 +498,16 @@ const ScheduleParam *find_schedule_param(ScheduleFamily family, const std::strin
     return nullptr;
 }
 
+const RemovedParam *find_removed_param(ScheduleFamily family, const std::string &name) {
+    static const RemovedParam removed[] = {
+        {F::cpu, "fused_qkv", 0,
+         "Q, K and V as one packed GEMM was never faster than three (docs/performance.md)"}};
+    for (const RemovedParam &param : removed)
+        if (param.family == family && name == param.name)
+            return &param;
+    return nullptr;
+}
+
 int param_value(const ScheduleParam &param, const CpuScheduleParams &params) {
     return read_field(param.field, params);
 }
@@ -535,6 +534,8 @@ std::string parse_named_params(ScheduleFamily family, const std::string &text,
         const size_t equals = item.find_first_of("=:");
         const std::string key = item.substr(0, equals);
         const ScheduleParam *param = find_schedule_param(family, key);
+        if (const RemovedParam *removed = find_removed_param(family, key); removed != nullptr)
+            return "schedule parameter " + key + " was removed (" + removed->why + "); drop it";
         if (param == nullptr || equals == std::string::npos) {
             std::string names;
             for (const ScheduleParam &p : schedule_param_table())

@@ -34,7 +34,6 @@ struct CpuScheduleParams {
     CopyValues copy_values = CopyValues::all;
     bool alternate_chunks = true; ///< odd query tiles walk the flash chunks last to first
     bool packed_weights = false;  ///< projections pack (transpose) their weights once per call
-    bool fused_qkv = false;       ///< self-attention's Q, K and V as one packed GEMM
     int gemm_rows = 6;            ///< packed GEMM: rows per register tile
     int gemm_task_rows = 24;      ///< packed GEMM: rows per parallel task
     int gemm_row_vectors = 2;     ///< in-place GEMM: vectors of rows per register tile
@@ -118,6 +117,20 @@ const std::vector<ScheduleParam> &schedule_param_table();
 
 /** The parameter named `name` (or one of its old names) in `family`, or nullptr. */
 const ScheduleParam *find_schedule_param(ScheduleFamily family, const std::string &name);
+
+/**
+ * A parameter attngen no longer has, as old tuning logs may still name it: `neutral` is the
+ * value that meant what attngen does now; `why` says why it went.
+ */
+struct RemovedParam {
+    ScheduleFamily family;
+    const char *name;
+    int neutral;
+    const char *why;
+};
+
+/** The removed parameter `name` of `family`, or nullptr. */
+const RemovedParam *find_removed_param(ScheduleFamily family, const std::string &name);
 
 /** The parameter's value in `params` as an integer (flags 0/1, enums their index). */
 int param_value(const ScheduleParam &param, const CpuScheduleParams &params);

@@ -165,10 +165,11 @@ expect 0 "run packed projections with other GEMM tiles" "$attngen" run "$spec" -
     --shape 2,23 --runs 1 --schedule-params packed_weights=1,gemm_rows=3,gemm_task_rows=10
 contains "$work/out.txt" ": ok" \
     "packed projection GEMM tiles given on the command line match the reference"
-expect 0 "run projections with fused_qkv" "$attngen" run "$spec" --layer mha_alibi \
+expect 1 "run with the removed fused_qkv" "$attngen" run "$spec" --layer mha_alibi \
     --shape 2,23 --runs 1 --schedule-params fused_qkv=true
-contains "$work/out.txt" ": ok" "fused_qkv on the command line matches the reference"
-for switch in fused_qkv packed_weights; do
+contains "$work/err.txt" "schedule parameter fused_qkv was removed" \
+    "a removed schedule parameter is refused by name"
+for switch in alternate_chunks packed_weights; do
     expect 1 "run with $switch=2" "$attngen" run "$spec" --layer mha_alibi --shape 1,4 \
         --schedule-params "$switch=2"
     contains "$work/err.txt" "schedule parameter $switch must be true|false, got '2'" \

@@ -809,7 +809,7 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
     };
     for (const Case &c :
          {Case{plain, ""}, Case{plain, "flash_chunk=0"}, Case{plain, "split_chunk=64"},
-          Case{projected, ""}, Case{projected, "fused_qkv=1"}}) {
+          Case{projected, ""}, Case{projected, "packed_weights=1"}}) {
         INFO((c.params.count("projections") ? "projections" : "per-head inputs")
              << ", schedule parameters '" << c.schedule_params << "'");
         StoresInto table("rope_table"), queries("q_rope"), keys("k_rope");

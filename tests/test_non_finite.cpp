@@ -26,7 +26,7 @@
 #include "t_d80_window.h"
 #include "t_mha_cross.h"
 #include "t_mha_decode.h"
-#include "t_mha_fused_qkv.h"
+#include "t_mha_odd_gemm.h"
 #include "t_mha_self.h"
 
 #include <catch2/catch.hpp>
@@ -72,9 +72,9 @@ TEST_CASE("non-finite inputs: f16 and bf16 storage, the reference schedule, rota
     check_non_finite(t_d64_rope_decode_layer(), 4645);
 }
 
-TEST_CASE("non-finite inputs: projections, fused and cross") {
+TEST_CASE("non-finite inputs: projections, in place, packed and cross") {
     check_non_finite(t_mha_self_layer(), 4651);
-    check_non_finite(t_mha_fused_qkv_layer(), 4652);
+    check_non_finite(t_mha_odd_gemm_layer(), 4652);
     check_non_finite(t_mha_cross_layer(), 4653);
 }
 

@@ -24,8 +24,6 @@
 #include "t_mha_cross.h"
 #include "t_mha_cross_decode.h"
 #include "t_mha_decode.h"
-#include "t_mha_fused_odd.h"
-#include "t_mha_fused_qkv.h"
 #include "t_mha_inplace_odd.h"
 #include "t_mha_odd_gemm.h"
 #include "t_mha_qkv.h"
@@ -84,11 +82,6 @@ TEST_CASE("packed projection GEMMs with tiles that divide nothing match the refe
 
 TEST_CASE("in-place projection GEMMs with tiles the lengths do not divide match the reference") {
     check_against_reference(t_mha_inplace_odd_layer(), 9008, {{2, 100, 131}, {1, 131, 7}});
-}
-
-TEST_CASE("Q, K and V as one GEMM (fused_qkv) match the reference") {
-    check_against_reference(t_mha_fused_qkv_layer(), 9006);
-    check_against_reference(t_mha_fused_odd_layer(), 9007);
 }
 
 TEST_CASE("f16 storage with f32 accumulation matches the reference") {

@@ -9,7 +9,7 @@
 #include "t_d64_rope_decode.h"
 #include "t_d64_rope_llama3.h"
 #include "t_mha_rope.h"
-#include "t_mha_rope_fused.h"
+#include "t_mha_rope_packed.h"
 #include "t_mha_rope_table.h"
 
 #include <catch2/catch.hpp>
@@ -60,8 +60,8 @@ TEST_CASE("rotary embeddings between the projections and the scores, linear scal
     check_against_reference(t_mha_rope_layer(), 3304, {{1, 700, 700}});
 }
 
-TEST_CASE("rotary embeddings on a fused Q/K/V projection") {
-    check_against_reference(t_mha_rope_fused_layer(), 3305, {{2, 90, 90}});
+TEST_CASE("rotary embeddings on packed Q/K/V projections") {
+    check_against_reference(t_mha_rope_packed_layer(), 3305, {{2, 90, 90}});
 }
 
 TEST_CASE("rotary embeddings from the caller's tables, interleaved and partial, flash form") {

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -137,4 +138,33 @@ TEST_CASE("a tuning log written with old parameter names is read with the curren
     REQUIRE(record.has_value());
     CHECK(record->params ==
           attngen::cli::ParamPoint{{"value_queries", 6}, {"flash_chunk", 256}, {"split_chunk", 0}});
+}
+
+TEST_CASE("a removed parameter is refused by name, and old logs that name it are read sensibly") {
+    std::map<std::string, int> named;
+    const std::string problem =
+        attngen::parse_named_params(ScheduleFamily::cpu, "fused_qkv=true", named);
+    CHECK(problem.find("schedule parameter fused_qkv was removed") == 0);
+    CHECK(named.empty());
+    CHECK(attngen::find_schedule_param(ScheduleFamily::cpu, "fused_qkv") == nullptr);
+    CHECK(attngen::find_removed_param(ScheduleFamily::gpu, "fused_qkv") == nullptr);
+    auto log_line = [](const std::string &fused) {
+        return R"({"spec_hash":"0123456789abcdef","layer":"l","spec_class":"d64-g1-none-f32",)"
+               R"("target":"x86-64-linux-avx2","target_class":"x86-64-linux-avx2",)"
+               R"("shape":[1,64,64],"shape_class":"prefill","threads":2,"scheduler":"attngen",)"
+               R"("params":{"gemm_rows":5,"fused_qkv":)" +
+               fused + R"(},"status":"ok","times_ms":[1.5],"median_ms":1.5})";
+    };
+    // At false it meant the separate projections attngen still has: the key is dropped.
+    std::string why;
+    const std::optional<attngen::cli::TrialRecord> separate =
+        attngen::cli::record_from_json(nlohmann::json::parse(log_line("0")), why);
+    INFO(why);
+    REQUIRE(separate.has_value());
+    CHECK(separate->params == attngen::cli::ParamPoint{{"gemm_rows", 5}});
+    // At true the trial ran a schedule that is gone: the record is skipped, saying why.
+    const std::optional<attngen::cli::TrialRecord> fused =
+        attngen::cli::record_from_json(nlohmann::json::parse(log_line("1")), why);
+    CHECK_FALSE(fused.has_value());
+    CHECK(why.find("params.fused_qkv is 1, a schedule that was removed") == 0);
 }

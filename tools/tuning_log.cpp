@@ -114,15 +114,24 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         r.shape_class = j.value("shape_class", "");
         r.threads = j.contains("threads") ? bounded_int(j["threads"], "threads", 0, 1024) : 0;
         r.scheduler = j.at("scheduler").get<std::string>();
-        // Old parameter names (a log written before a rename) are read as the current ones.
+        // Old parameter names (a log written before a rename) are read as the current ones. A
+        // removed parameter at the value that meant what attngen does now is dropped; at any
+        // other, the trial ran a schedule attngen no longer has.
         const ScheduleFamily family =
             r.target_class == "opencl" || r.target_class.rfind("cuda", 0) == 0
                 ? ScheduleFamily::gpu
                 : ScheduleFamily::cpu;
         for (const auto &item : j.at("params").items()) {
+            const int value = bounded_int(item.value(), ("params." + item.key()).c_str(), 0, 65536);
+            if (const RemovedParam *removed = find_removed_param(family, item.key())) {
+                if (value == removed->neutral)
+                    continue;
+                why = "params." + item.key() + " is " + std::to_string(value) +
+                      ", a schedule that was removed (" + removed->why + ")";
+                return std::nullopt;
+            }
             const ScheduleParam *param = find_schedule_param(family, item.key());
-            r.params[param != nullptr ? param->name : item.key()] =
-                bounded_int(item.value(), ("params." + item.key()).c_str(), 0, 65536);
+            r.params[param != nullptr ? param->name : item.key()] = value;
         }
         r.phase = j.value("phase", "search");
         r.defaults = j.value("defaults", false);
