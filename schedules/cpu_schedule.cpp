@@ -593,6 +593,9 @@ namespace {
  * the spec and the parameters, and the pipeline's loop variables.
  */
 struct CpuPlan {
+    CpuPlan(const AttentionStages &s, const Halide::Target &target,
+            const CpuScheduleParams &params);
+
     CpuScheduleParams params;
     int lanes;
     int head_dim;
@@ -602,30 +605,20 @@ struct CpuPlan {
     int value_queries;
     int d_vec;   ///< the vector along head_dim
     int d_block; ///< the P·V register block's features: d_vectors vectors that divide head_dim
+    /// The pipeline's loop variables: the same Vars (by name) in every form's stages, so the
+    /// helpers that take no stages can name them.
     Var d, q, k, h, b;
 };
 
-CpuPlan cpu_plan(const AttentionStages &s, const Halide::Target &target,
-                 const CpuScheduleParams &params) {
-    CpuPlan plan{params,
-                 target.natural_vector_size<float>(),
-                 s.spec.resolved_head_dim(),
-                 0,
-                 0,
-                 0,
-                 0,
-                 s.d,
-                 s.q,
-                 s.k,
-                 s.h,
-                 s.b};
-    plan.query_tile = cpu_query_tile(target, params);
-    plan.value_queries = std::min(params.value_queries, plan.query_tile);
-    plan.d_vec = vector_width_dividing(plan.head_dim, plan.lanes);
-    plan.d_block = plan.d_vec;
-    while (plan.d_block < params.d_vectors * plan.d_vec && plan.head_dim % (2 * plan.d_block) == 0)
-        plan.d_block *= 2;
-    return plan;
+CpuPlan::CpuPlan(const AttentionStages &s, const Halide::Target &target,
+                 const CpuScheduleParams &params)
+    : params(params), lanes(target.natural_vector_size<float>()),
+      head_dim(s.spec.resolved_head_dim()), query_tile(cpu_query_tile(target, params)),
+      value_queries(std::min(params.value_queries, query_tile)),
+      d_vec(vector_width_dividing(head_dim, lanes)), d_block(d_vec), d(s.d), q(s.q), k(s.k), h(s.h),
+      b(s.b) {
+    while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
+        d_block *= 2;
 }
 
 /**
@@ -976,7 +969,7 @@ void schedule_query_tiles(AttentionStages &s, Func core, const CpuPlan &plan) {
 
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const CpuScheduleParams &params) {
-    const CpuPlan plan = cpu_plan(s, target, params);
+    const CpuPlan plan{s, target, params};
     // The whole-row and flash forms without projections copy K per call and Q per tile.
     const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
     schedule_rope(s, plan.lanes, copies_heads && !s.spec.cache.any());

@@ -83,13 +83,12 @@ LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
  * from them, and the Funcs and loops the later parts compute at.
  */
 struct GpuSchedule {
+    GpuSchedule(AttentionStages &s, const Halide::Target &target, const GpuScheduleParams &params);
+
     AttentionStages &stages;
     const GpuScheduleParams &params;
-    bool cuda;       ///< CUDA runs the lanes on gpu_lanes, OpenCL on gpu_threads
-    int block_heads; ///< query heads per block (params.heads_per_block)
-    int query_tile;  ///< queries per block
-    int step_keys;   ///< keys per step
-    int width;       ///< head_dim elements per lane in the fold and the output
+    bool cuda; ///< CUDA runs the lanes on gpu_lanes, OpenCL on gpu_threads
+    int width; ///< head_dim elements per lane in the fold and the output
     LaneLayout layout;
     bool split; ///< the split-KV form: a block per chunk of keys, and a combine
     Func core;  ///< the attention's output: attn_out before an out projection, else the output
@@ -97,6 +96,15 @@ struct GpuSchedule {
     Var q_tile; ///< the block's loop over query tiles, where the running state is computed
     RVar step;  ///< the loop over the steps, where each step's stages are computed
 };
+
+// The kernel of the fold: the output itself (whole rows), or in the split-KV form the chunks'
+// partials, which a second kernel (the output's) combines.
+GpuSchedule::GpuSchedule(AttentionStages &s, const Halide::Target &target,
+                         const GpuScheduleParams &params)
+    : stages(s), params(params), cuda(target.has_feature(Halide::Target::CUDA)),
+      width(s.options.d_per_lane), layout(lane_layout(s.spec.resolved_head_dim(), params)),
+      split(s.options.chunk_keys > 0), core(s.spec.projections.out ? s.attn_out : s.output),
+      walk(split ? s.partials : core), q_tile("q_tile"), step(s.r_online.y) {}
 
 /**
  * Runs `stage` along `lane` on the lanes of the block's warp. OpenCL has no gpu_lanes: there
@@ -218,8 +226,8 @@ void schedule_blocks(const GpuSchedule &gpu) {
     const Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
     Func walk = gpu.walk;
     Var qo = gpu.q_tile, qi{"q_in_tile"}, kv{"head_block"}, hg{"head_in_block"};
-    walk.split(h, kv, hg, gpu.block_heads, TailStrategy::GuardWithIf)
-        .split(q, qo, qi, gpu.query_tile, TailStrategy::GuardWithIf);
+    walk.split(h, kv, hg, gpu.params.heads_per_block, TailStrategy::GuardWithIf)
+        .split(q, qo, qi, gpu.params.query_tile, TailStrategy::GuardWithIf);
     if (gpu.split) {
         Var kvb{"kv_head_batch"};
         walk.compute_root()
@@ -272,7 +280,7 @@ void schedule_running_state(const GpuSchedule &gpu) {
     // A whole tile of queries (those past Lq read the last query): every step's buffers then
     // have the tile's constant size, and a lane's score tile its constant rows.
     state.compute_at(gpu.walk, gpu.q_tile)
-        .bound(q, 0, gpu.query_tile)
+        .bound(q, 0, gpu.params.query_tile)
         .bound(dg, 0, gpu.layout.d_groups);
     if (gpu.cuda)
         state.store_in(MemoryType::Register);
@@ -326,14 +334,14 @@ void schedule_staged_inputs(const GpuSchedule &gpu) {
     const Var d = s.d, q = s.q, k = s.k, h = s.h;
     Func state = s.running;
     if (gpu.params.stage_queries) {
-        s.q_heads.bound_extent(h, gpu.block_heads);
-        if (gpu.query_tile >= 8) {
-            stage_transposed(gpu, s.q_heads, q, gpu.query_tile, "q_stage");
+        s.q_heads.bound_extent(h, gpu.params.heads_per_block);
+        if (gpu.params.query_tile >= 8) {
+            stage_transposed(gpu, s.q_heads, q, gpu.params.query_tile, "q_stage");
         } else {
             // A few queries (decode): the lanes along head_dim instead.
             Var sd{"q_stage_d"};
             s.q_heads.compute_at(state, gpu.step)
-                .bound_extent(q, gpu.query_tile)
+                .bound_extent(q, gpu.params.query_tile)
                 .split(d, sd, d, warp_lanes, TailStrategy::GuardWithIf)
                 .reorder(d, q, h, sd);
             on_threads(s.q_heads, d);
@@ -341,13 +349,13 @@ void schedule_staged_inputs(const GpuSchedule &gpu) {
     }
     if (!gpu.params.stage_kv)
         return;
-    stage_transposed(gpu, s.k_heads.in(s.scores), k, gpu.step_keys, "k_step");
+    stage_transposed(gpu, s.k_heads.in(s.scores), k, gpu.params.step_keys, "k_step");
 
     // V is read as stored: keys outermost, a lane reading a few neighbouring features.
     Func v_step = s.v_heads.in(state);
     Var vd{"v_step_d"}, vv{"v_step_vector"};
     v_step.compute_at(state, gpu.step)
-        .bound_extent(k, gpu.step_keys)
+        .bound_extent(k, gpu.params.step_keys)
         .split(d, vd, d, warp_lanes * 4, TailStrategy::GuardWithIf)
         .split(d, d, vv, 4, TailStrategy::GuardWithIf)
         .reorder(vv, d, k, vd)
@@ -366,7 +374,7 @@ void schedule_scores(const GpuSchedule &gpu) {
     Var ko{"score_key_lane"}, ki{"score_key"}, qo2{"score_query_lane"}, qi2{"score_query"};
     Var lane{"score_lane"};
     s.masked.compute_at(s.running, gpu.step)
-        .bound_extent(k, gpu.step_keys)
+        .bound_extent(k, gpu.params.step_keys)
         .reorder_storage(q, k, h)
         .split(k, ko, ki, layout.score_keys, TailStrategy::GuardWithIf)
         .split(q, qo2, qi2, layout.score_queries, TailStrategy::GuardWithIf)
@@ -386,7 +394,7 @@ void schedule_scores(const GpuSchedule &gpu) {
         // K read where it lies: a lane's tile takes every head of the block, so that each
         // key it loads serves them all.
         s.masked.reorder(qi2, ki, h, lane).unroll(h);
-        s.scores.bound_extent(h, gpu.block_heads).unroll(h);
+        s.scores.bound_extent(h, gpu.params.heads_per_block).unroll(h);
         s.scores.update().unroll(h);
     }
     on_lanes(gpu, s.masked, lane);
@@ -396,7 +404,7 @@ void schedule_scores(const GpuSchedule &gpu) {
 void rows_on_lanes(const GpuSchedule &gpu, Stage stage, const std::string &prefix) {
     const AttentionStages &s = gpu.stages;
     VarOrRVar row = s.q;
-    if (gpu.block_heads > 1) {
+    if (gpu.params.heads_per_block > 1) {
         Var fused{prefix + "_row"};
         stage.fuse(s.q, s.h, fused);
         row = fused;
@@ -414,11 +422,13 @@ void rows_on_lanes(const GpuSchedule &gpu, Stage stage, const std::string &prefi
 void schedule_step_softmax(const GpuSchedule &gpu) {
     AttentionStages &s = gpu.stages;
     const Var q = s.q, k = s.k, h = s.h;
-    const int rows = gpu.query_tile * gpu.block_heads;
+    const int rows = gpu.params.query_tile * gpu.params.heads_per_block;
     s.part_max.compute_at(s.running, gpu.step);
     rows_on_lanes(gpu, s.part_max, "max_init");
     rows_on_lanes(gpu, s.part_max.update().reorder(s.r_keys.x, q, h), "max");
-    s.probs.compute_at(s.running, gpu.step).bound_extent(k, gpu.step_keys).reorder_storage(q, k, h);
+    s.probs.compute_at(s.running, gpu.step)
+        .bound_extent(k, gpu.params.step_keys)
+        .reorder_storage(q, k, h);
     if (rows >= 8) {
         rows_on_lanes(gpu, Stage(s.probs).reorder(k, q, h), "probs");
     } else {
@@ -454,30 +464,13 @@ void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
     schedule_input_kernels(s);
     schedule_output_projection(s);
 
-    // The kernel of the fold: the output itself (whole rows), or in the split-KV form the
-    // chunks' partials, which a second kernel (the output's) combines.
-    const bool split = s.options.chunk_keys > 0;
-    Func core = s.spec.projections.out ? s.attn_out : s.output;
-    GpuSchedule gpu{s,
-                    params,
-                    target.has_feature(Halide::Target::CUDA),
-                    params.heads_per_block,
-                    params.query_tile,
-                    params.step_keys,
-                    s.options.d_per_lane,
-                    lane_layout(s.spec.resolved_head_dim(), params),
-                    split,
-                    core,
-                    split ? s.partials : core,
-                    Var{"q_tile"},
-                    s.r_online.y};
-
+    GpuSchedule gpu{s, target, params};
     schedule_blocks(gpu);
     schedule_running_state(gpu);
     schedule_staged_inputs(gpu);
     schedule_scores(gpu);
     schedule_step_softmax(gpu);
-    if (split)
+    if (gpu.split)
         schedule_combine(gpu);
 }
 
