@@ -1,6 +1,6 @@
 # Generating attention layers at build time.
 #
-#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86|arm] [TARGETS ...]
+#   attngen_add_layer(NAME PARAMS key=value... [SCHEDULE auto|reference|x86|arm|cuda] [TARGETS ...]
 #                     [SHAPE_CLASS prefill|decode])
 #
 # runs attngen_generator for every target (default: ATTNGEN_LAYER_TARGETS, the variants of the

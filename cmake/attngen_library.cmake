@@ -4,7 +4,7 @@
 #       SPEC file.attn                 # the layers' description
 #       [LAYERS a b ...]               # default: every layer of the file
 #       [TARGETS x86-64-linux ...]     # default: the build's machine; see `attngen targets`
-#       [SCHEDULE auto|x86|arm|reference]
+#       [SCHEDULE auto|x86|arm|cuda|reference]
 #       [SCHEDULE_PARAMS NAME=VALUE,...]  # see `attngen params`
 #       [SHAPE_CLASS prefill|decode]   # which tuned record to use (default prefill)
 #       [TUNED dir])                   # tuned tables (default: the ones attngen ships)

@@ -16,7 +16,8 @@
 //             score_mod = expr;
 //             rope = none | neox | interleaved | table [ '(' neox | interleaved ')' ];  rope_theta
 //             = NUMBER;  rotary_dim = INTEGER; rope_scaling = none | linear '(' NUMBER ')'
-//                          | llama3 '(' NUMBER ',' NUMBER ',' NUMBER ',' INTEGER ')'
+//                          | llama3 '(' NUMBER ',' NUMBER ',' NUMBER ',' INTEGER ')';
+//             cache = none | contiguous | paged '(' INTEGER ')';  cache_dtype = f32 | f16 | bf16
 //   expr   := from loosest to tightest: || ; && ; == != < <= > >= (not chained) ; + - ;
 //             * / % ; prefix - ! ; f(args) and t[indices] ; INTEGER, REAL, true, false,
 //             NAME, '(' expr ')'. Newlines are ignored inside brackets and after an operator.

@@ -1,5 +1,6 @@
 // Classes of targets, specs and shapes, and the lookup of tuned parameters in schedules/tuned/.
 #include "tuned_params.h"
+#include "schedule_params.h"
 
 #include <nlohmann/json.hpp>
 
@@ -78,6 +79,10 @@ TunedLookup find_tuned_params(const std::string &directory, const Halide::Target
     const std::string wanted_target = target_class(target), wanted_spec = spec_class(spec);
     TunedLookup lookup;
     const std::string key = wanted_target + " " + wanted_spec + " " + shape;
+    const ScheduleFamily family =
+        target.has_feature(Halide::Target::CUDA) || target.has_feature(Halide::Target::OpenCL)
+            ? ScheduleFamily::gpu
+            : ScheduleFamily::cpu;
     std::error_code error;
     std::vector<fs::path> files;
     if (!directory.empty() && fs::is_directory(directory, error))
@@ -99,11 +104,27 @@ TunedLookup find_tuned_params(const std::string &directory, const Halide::Target
                 record.value("shape_class", "") != shape || !record.contains("params") ||
                 !record["params"].is_object())
                 continue;
-            std::string params;
-            for (const auto &item : record["params"].items())
-                if (item.value().is_number_integer())
-                    params += (params.empty() ? "" : ",") + item.key() + "=" +
-                              std::to_string(item.value().get<int>());
+            std::string params, removed_why;
+            for (const auto &item : record["params"].items()) {
+                if (!item.value().is_number_integer())
+                    continue;
+                const int value = item.value().get<int>();
+                // As in a tuning log: a removed parameter at the value that meant what attngen
+                // does now is dropped; at any other, the record is a schedule attngen no longer
+                // has, and the lookup goes on to the next.
+                if (const RemovedParam *removed = find_removed_param(family, item.key())) {
+                    if (value != removed->neutral)
+                        removed_why = item.key() + "=" + std::to_string(value) + " was removed (" +
+                                      removed->why + ")";
+                    continue;
+                }
+                params += (params.empty() ? "" : ",") + item.key() + "=" + std::to_string(value);
+            }
+            if (!removed_why.empty()) {
+                problems += "; a record for " + key + " in " + file.string() + " sets " +
+                            removed_why + " (skipped)";
+                continue;
+            }
             lookup.found = true;
             lookup.problems = !problems.empty();
             lookup.params = params;

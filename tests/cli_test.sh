@@ -243,6 +243,25 @@ expect 0 "compile with the tuned table, verbose" env ATTNGEN_VERBOSE=1 "$attngen
     "$spec" --target host --layers alibi,prefix_lm --tuned "$work/tuned" -o "$work/lib_tuned"
 contains "$work/out.txt" "from $work/tuned/" "verbose generation names the tuned table"
 contains "$work/out.txt" "no tuned record for" "verbose generation says when there is none"
+# A table exported before fused_qkv was removed: at 0 (what attngen does now) the key is
+# dropped and the record used; at 1 the record is skipped, with the reason.
+for value in 0 1; do
+    mkdir -p "$work/tuned_old_$value"
+    for table in "$work/tuned"/*.json; do
+        sed "s/\"params\": {/\"params\": {\"fused_qkv\": $value, /" "$table" \
+            > "$work/tuned_old_$value/$(basename "$table")"
+    done
+    expect 0 "compile with a table that sets fused_qkv=$value" env ATTNGEN_VERBOSE=1 \
+        "$attngen" compile "$spec" --target host --layers alibi --tuned "$work/tuned_old_$value" \
+        -o "$work/lib_tuned_old"
+    contains "$work/tuned_old_$value/$(ls "$work/tuned" | head -1)" '"fused_qkv"' \
+        "the old table names fused_qkv"
+    if [ "$value" -eq 0 ]; then
+        contains "$work/out.txt" "from $work/tuned_old_0/" "a record with fused_qkv=0 is used"
+    fi
+done
+contains "$work/out.txt" "fused_qkv=1 was removed" "a record of a removed schedule is skipped"
+contains "$work/out.txt" "no tuned record for" "the skipped record is not used"
 expect 0 "tune merge" "$attngen" tune merge "$log" "$log" -o "$work/merged.jsonl"
 contains "$work/out.txt" "records from 2 logs" "merge joins logs without duplicates"
 # Targets tuned ahead of time: AArch64 candidates linked with the harness by the cross

@@ -66,7 +66,7 @@ void print_usage(std::FILE *stream) {
                "               ships, {}); none: the defaults only\n"
                "  --shape-class prefill|decode\n"
                "               the calls to tune for: prefill (default) or decode (Lq <= 16,\n"
-               "               the CPU schedule's split-KV form)\n",
+               "               the split-KV form and its defaults, on CPU and GPU)\n",
                schedule_params_usage(ScheduleFamily::cpu, 17),
                schedule_params_usage(ScheduleFamily::gpu, 17),
                default_tuned_dir().empty() ? "none found" : default_tuned_dir());
