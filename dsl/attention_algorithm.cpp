@@ -8,6 +8,7 @@
 //   row_sum(q)    = Σ_k probs(k, q)
 //   output(d, q)  = Σ_k probs(k, q) v_heads(d, k) / row_sum(q)
 //
+// (With sinks, row_sum gains exp(sinks(h) - row_max): see normalized.)
 // define_masked_scores and define_whole_rows, first below, define exactly this. The other forms
 // compute the same output in another order (AttentionForm), each in a function of its own:
 // define_chunks and define_online, with define_combine. Then the heads (projections, rotary
@@ -401,11 +402,36 @@ void define_fold(AttentionStages &t, const AttentionInputs &in, const KeyRange &
     t.running(args) = Halide::Tuple(updated);
 }
 
+/** What normalized takes: a row's unnormalized P·V, max and sum, and the softmax's exp. */
+struct NormalizeTerms {
+    Expr out, max, sum;
+    Exponential exponential;
+};
+
+/**
+ * The attention from its unnormalized P·V `out`, row max and row sum: out / sum. With sinks
+ * (spec.sinks) the denominator gains the head's sink, exp(sink - max), which takes its share of
+ * the probability mass and adds no value; both are taken relative to m = max(max, sink), so
+ * that every exponent is at most 0: out e^(max - m) / (sum e^(max - m) + e^(sink - m)). A sink
+ * of -inf is no sink; a NaN one makes the head's rows NaN.
+ */
+Expr normalized(const AttentionStages &t, const AttentionInputs &in, const NormalizeTerms &terms) {
+    if (!t.spec.sinks)
+        return terms.out * inverse_sum(terms.sum);
+    const double units = score_units(t.spec, t.options);
+    Expr sink = in.sinks(t.h);
+    if (units != 1.0)
+        sink = sink * static_cast<float>(units);
+    Expr top = Halide::max(terms.max, sink);
+    Expr scale = terms.exponential(terms.max - top);
+    return terms.out * scale * inverse_sum(terms.sum * scale + terms.exponential(sink - top));
+}
+
 /**
  * The fold's result: the normalized attention without split-KV chunks; with them, `partials`
  * defined from the chunk's state for the caller to combine, and an undefined Expr.
  */
-Expr online_result(AttentionStages &t) {
+Expr online_result(AttentionStages &t, const AttentionInputs &in, const Exponential &exponential) {
     const AlgorithmOptions &options = t.options;
     const RunningLayout layout{options.d_per_lane};
     const int width = layout.width;
@@ -424,7 +450,7 @@ Expr online_result(AttentionStages &t) {
         t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
         return Expr();
     }
-    return out * inverse_sum(sum);
+    return normalized(t, in, {out, max, sum, exponential});
 }
 
 /**
@@ -440,7 +466,7 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange
                    const Probability &probability, const Exponential &exponential) {
     define_step_probabilities(t, probability);
     define_fold(t, in, tile_range, exponential);
-    return online_result(t);
+    return online_result(t, in, exponential);
 }
 
 /**
@@ -472,7 +498,10 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
         break;
     }
     }
-    return t.weighted_sum(t.d, t.q, t.h, t.b) * inverse_sum(t.row_sum(t.q, t.h, t.b));
+    Var q = t.q, h = t.h, b = t.b;
+    return normalized(
+        t, in,
+        {t.weighted_sum(t.d, q, h, b), t.row_max(q, h, b), t.row_sum(q, h, b), parts.exponential});
 }
 
 } // namespace

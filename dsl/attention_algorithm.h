@@ -21,7 +21,7 @@ namespace attngen {
  *                        wq (model_dim, H*D), wk and wv (model_dim, Hkv*D), wo (H*D, model_dim)
  *                        as nn.Linear stores weight[out][in], biases bq, bk, bv, bo (out);
  *   key_lengths (B) int32 with key padding; attn_bias (Lk, Lq, H, B) with an additive mask;
- *   rope_cos and rope_sin (rotary_dim / 2, Lk) f32 with rope = table.
+ *   rope_cos and rope_sin (rotary_dim / 2, Lk) f32 with rope = table; sinks (H) f32 with sinks.
  * query_len and key_len are the run-time Lq and Lk.
  */
 struct AttentionInputs {
@@ -31,6 +31,7 @@ struct AttentionInputs {
     Halide::Func bq, bk, bv, bo;
     Halide::Func key_lengths, attn_bias;
     Halide::Func rope_cos, rope_sin; ///< (rotary_dim / 2, Lk) f32 with rope = table
+    Halide::Func sinks;              ///< (H) f32: each head's sink logit (spec.sinks)
     /**
      * A cached layer's (spec.cache): k_cache and v_cache in the cache's type, contiguous (D,
      * capacity, Hkv, B) or paged (D, block_size, Hkv, blocks) with block_table (max_blocks, B);

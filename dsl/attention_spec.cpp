@@ -541,9 +541,9 @@ struct ParamReader {
 void check_known_fields(const std::map<std::string, std::string> &params,
                         std::vector<SpecError> &errors) {
     static const char *known[] = {
-        "name",       "model_dim",   "heads",        "kv_heads", "head_dim",   "scale",
-        "dtype",      "projections", "bias",         "cross",    "mask",       "rope",
-        "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype"};
+        "name",       "model_dim",   "heads",        "kv_heads", "head_dim",    "scale",
+        "dtype",      "projections", "bias",         "cross",    "mask",        "rope",
+        "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype", "sinks"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -575,7 +575,7 @@ void read_shape(const ParamReader &reader, AttentionSpec &spec) {
     }
 }
 
-/** The projections and their bias, cross-attention and the mask. */
+/** The projections and their bias, cross-attention, the sinks and the mask. */
 void read_projections_and_mask(const ParamReader &reader, AttentionSpec &spec) {
     bool bias = false;
     if (auto text = reader.get("bias")) {
@@ -596,6 +596,12 @@ void read_projections_and_mask(const ParamReader &reader, AttentionSpec &spec) {
             spec.cross_attention = *value;
         else
             reader.bad("cross", "true or false", *text);
+    }
+    if (auto text = reader.get("sinks")) {
+        if (std::optional<bool> value = parse_bool(*text))
+            spec.sinks = *value;
+        else
+            reader.bad("sinks", "true or false", *text);
     }
     if (auto text = reader.get("mask")) {
         if (std::optional<MaskSpec> mask = parse_mask(*text))
@@ -670,7 +676,8 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"rotary_dim", std::to_string(spec.rope.rotary_dim)},
             {"rope_scaling", to_string(spec.rope.scaling)},
             {"cache", cache_text(spec.cache)},
-            {"cache_dtype", spec.cache.dtype ? to_string(*spec.cache.dtype) : "default"}};
+            {"cache_dtype", spec.cache.dtype ? to_string(*spec.cache.dtype) : "default"},
+            {"sinks", spec.sinks ? "true" : "false"}};
 }
 
 } // namespace attngen

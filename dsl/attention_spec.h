@@ -94,6 +94,9 @@ struct AttentionSpec {
     DType dtype = DType::f32;
     Projections projections;
     bool cross_attention = false; ///< with projections: keys/values come from a second input
+    /// A run-time f32 sink logit per query head (`sinks`, (H)): each row's softmax denominator
+    /// gains exp(sinks[h] - max), mass that takes no value (gpt-oss; ggml's add_sinks).
+    bool sinks = false;
     MaskSpec mask;
     RopeSpec rope;
     CacheSpec cache;

@@ -30,9 +30,9 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim",  "heads",      "kv_heads",     "head_dim", "dtype",      "projections",
-        "bias",       "cross",      "mask",         "scale",    "score_mod",  "rope",
-        "rope_theta", "rotary_dim", "rope_scaling", "cache",    "cache_dtype"};
+        "model_dim",  "heads",      "kv_heads",     "head_dim", "dtype",       "projections",
+        "bias",       "cross",      "mask",         "scale",    "score_mod",   "rope",
+        "rope_theta", "rotary_dim", "rope_scaling", "cache",    "cache_dtype", "sinks"};
     return names;
 }
 
@@ -102,9 +102,9 @@ class Parser {
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
         static const char *const starts[] = {
-            "attention",  "tensor",     "scalar",       "let",   "dtype",      "projections",
-            "bias",       "cross",      "mask",         "scale", "score_mod",  "rope",
-            "rope_theta", "rotary_dim", "rope_scaling", "cache", "cache_dtype"};
+            "attention",  "tensor",     "scalar",       "let",   "dtype",       "projections",
+            "bias",       "cross",      "mask",         "scale", "score_mod",   "rope",
+            "rope_theta", "rotary_dim", "rope_scaling", "cache", "cache_dtype", "sinks"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -344,7 +344,7 @@ class Parser {
             if (suggestion.empty())
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
-                             "rope_theta, rotary_dim, rope_scaling, cache and cache_dtype";
+                             "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype and sinks";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -398,6 +398,8 @@ class Parser {
             return parse_bool_value(field, spec.projections.bias);
         if (field == "cross")
             return parse_bool_value(field, spec.cross_attention);
+        if (field == "sinks")
+            return parse_bool_value(field, spec.sinks);
         if (field == "projections")
             return parse_projections_value(spec.projections);
         if (field == "mask")

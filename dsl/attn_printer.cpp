@@ -70,6 +70,8 @@ std::string to_attn(const AttentionSpec &spec) {
         line("bias = true");
     if (spec.cross_attention)
         line("cross = true");
+    if (spec.sinks)
+        line("sinks = true");
     for (const RuntimeTensor &tensor : spec.tensors)
         line("tensor " + tensor.name + "[" + dims_text(tensor) + "]" +
              (tensor.is_int32 ? ": i32" : ""));

@@ -117,6 +117,8 @@ std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec) {
         args.push_back({"key_lengths", Kind::buffer, true, false, {batch}});
     if (spec.mask.additive)
         add(args, "attn_bias", {keys, queries, fixed(spec.heads), batch});
+    if (spec.sinks) // f32 whatever the layer stores
+        args.push_back({"sinks", Kind::buffer, false, true, {fixed(spec.heads)}});
     if (spec.rope.table)
         for (const char *name : {"rope_cos", "rope_sin"}) // f32 whatever the layer stores
             args.push_back(

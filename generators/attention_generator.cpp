@@ -66,6 +66,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<std::string> projections{"projections", "none"};
     GeneratorParam<bool> bias{"bias", false};
     GeneratorParam<bool> cross{"cross", false};
+    GeneratorParam<bool> sinks{"sinks", false};
     GeneratorParam<std::string> mask{"mask", "none"};
     GeneratorParam<std::string> rope{"rope", "none"};
     GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
@@ -114,7 +115,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"rotary_dim", std::to_string(int(rotary_dim))},
                       {"rope_scaling", rope_scaling},
                       {"cache", cache},
-                      {"cache_dtype", cache_dtype}};
+                      {"cache_dtype", cache_dtype},
+                      {"sinks", sinks ? "true" : "false"}};
         }
         LayerSource source = load_layer(params);
         if (!source.spec)

@@ -26,6 +26,7 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     in.attn_bias = buffer("attn_bias");
     in.rope_cos = buffer("rope_cos");
     in.rope_sin = buffer("rope_sin");
+    in.sinks = buffer("sinks");
     in.k_cache = buffer("k_cache");
     in.v_cache = buffer("v_cache");
     in.block_table = buffer("block_table");

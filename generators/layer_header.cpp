@@ -147,6 +147,8 @@ std::string argument_docs(const AttentionSpec &spec) {
         line("key_lengths (B) int32 in [0, Lk]");
     if (spec.mask.additive)
         line("attn_bias (B, H, Lq, Lk)");
+    if (spec.sinks)
+        line("sinks (H) f32: each head's sink logit, added to its softmax's denominator");
     if (spec.rope.table)
         line("rope_cos, rope_sin (Lk, " + std::to_string(spec.resolved_rotary_dim() / 2) +
              ") f32: cos and sin of each rotary pair's angle at key positions 0..Lk-1");
@@ -245,7 +247,7 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
     return fmt::format(
         R"(// The attention layer '{name}':
 // heads={heads} kv_heads={kv_heads} head_dim={head_dim} model_dim={model_dim} scale={scale:.17g}
-// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{rope_comment}{cache_comment}
+// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{sinks_comment}{rope_comment}{cache_comment}
 {expression_comment}
 extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 
@@ -258,7 +260,7 @@ inline const attngen::Layer &{name}_layer() {{
 {extras_decl}    static const attngen::Layer layer{{
         {{"{name}", {model_dim}, {heads}, {kv_heads}, {head_dim}, {scale:.17g}, {rt_dtype},
          {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive},
-         {expressions}, {extras_ptr}, {extra_count}, {rope}, {cache}}},
+         {expressions}, {extras_ptr}, {extra_count}, {rope}, {cache}{sinks}}},
         {halide}_metadata,
         variants,
         {variant_count}}};
@@ -297,6 +299,9 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
         fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
+        // Written only when set, so that the headers of layers without sinks read as before.
+        fmt::arg("sinks", spec.sinks ? ", true" : ""),
+        fmt::arg("sinks_comment", spec.sinks ? " sinks=true" : ""),
         fmt::arg("cache_comment", spec.cache.any()
                                       ? "\n// cache=" + cache_text(spec.cache) +
                                             " cache_dtype=" + to_string(spec.resolved_cache_dtype())

@@ -100,6 +100,7 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
                             {"attn_bias", &args.attn_bias},
                             {"rope_cos", &args.rope_cos},
                             {"rope_sin", &args.rope_sin},
+                            {"sinks", &args.sinks},
                             {"block_table", &args.block_table},
                             {"cache_lengths", &args.cache_lengths},
                             {"query_lengths", &args.query_lengths}};

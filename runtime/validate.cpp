@@ -142,6 +142,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              DType::i32, {batch}),
         rule("attn_bias", args.attn_bias, info.additive, "has no additive mask", t,
              {batch, heads, lq, lk}),
+        rule("sinks", args.sinks, info.sinks, "has no sinks (it is not sinks = true)", DType::f32,
+             {heads}),
         rule("rope_cos", args.rope_cos, info.rope.table,
              "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
         rule("rope_sin", args.rope_sin, info.rope.table,

@@ -56,6 +56,9 @@ std::string spec_hash(const AttentionSpec &spec) {
         // Without rotary embeddings or a cache, the hash of every layer from before they existed.
         const bool rope_field = entry.first.rfind("rope", 0) == 0 || entry.first == "rotary_dim";
         const bool cache_field = entry.first.rfind("cache", 0) == 0;
+        // Likewise without sinks.
+        if (entry.first == "sinks" && !spec.sinks)
+            continue;
         if ((!rope_field || spec.rope.any()) && (!cache_field || spec.cache.any()))
             canonical += entry.first + "=" + entry.second + ";";
     }

@@ -301,6 +301,7 @@ attngen::Arguments CachedBatch::arguments(Step &call) {
         args.rope_cos = attngen::view(rope_cos_.data(), {capacity_, pairs});
         args.rope_sin = attngen::view(rope_sin_.data(), {capacity_, pairs});
     }
+    args.sinks = weights_.sinks.view();
     args.k_cache = cache_view(k_cache);
     args.v_cache = cache_view(v_cache);
     if (paged())

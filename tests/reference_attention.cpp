@@ -143,6 +143,10 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                     row_max = std::max(row_max, score);
                     any_nan = any_nan || std::isnan(score);
                 }
+                // A sink joins the row like a key of score sinks[h] and no value.
+                const double sink =
+                    p.sinks.empty() ? -std::numeric_limits<double>::infinity() : p.sinks[h];
+                row_max = std::max(row_max, sink);
                 // Every key masked (or of score -inf): every weight is 0 and the row is zero,
                 // or 0 x V. A NaN score, which std::max passes over, makes the row NaN below.
                 if (row_max == -std::numeric_limits<double>::infinity() && !any_nan) {
@@ -152,7 +156,7 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                                 0.0 * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
                     continue;
                 }
-                double total = 0.0;
+                double total = std::exp(sink - row_max);
                 for (int j = 0; j < Lk; j++) {
                     weights[j] = std::exp(weights[j] - row_max);
                     total += weights[j];

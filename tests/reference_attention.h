@@ -38,6 +38,9 @@ struct ReferenceProblem {
     std::vector<double> bq, bk, bv, bo;    // (out)
     std::vector<int> key_lengths;          // (B)
     std::vector<double> attn_bias;         // (B,H,Lq,Lk)
+    /** Attention sinks, (H), none if empty: head h's softmax denominator gains exp(sinks[h]
+     * - max), max taken over the row's scores and the sink. */
+    std::vector<double> sinks;
 
     /** A score modification, applied to scale * q.k (plus the additive bias); none if empty. */
     std::function<double(double score, int b, int h, int q, int k)> score_mod;

@@ -19,6 +19,8 @@
 #include "g_d32_decode_masks.h"
 #include "g_d32_rope_decode.h"
 #include "g_d32_shared_heads.h"
+#include "g_d32_sinks.h"
+#include "g_d32_sinks_decode.h"
 #include "g_d64_gqa_causal.h"
 #include "g_d64_gqa_decode.h"
 #include "g_mha_rope.h"
@@ -152,6 +154,14 @@ TEST_CASE("GPU schedule: rotary embeddings (neox, partial) after projections, ca
 
 TEST_CASE("GPU split-KV decode form: interleaved rotary embeddings with llama3 scaling") {
     check_on_gpu(g_d32_rope_decode_layer(), 516);
+}
+
+TEST_CASE("GPU schedule: attention sinks, grouped heads and a causal mask") {
+    check_on_gpu(g_d32_sinks_layer(), 541);
+}
+
+TEST_CASE("GPU split-KV decode form: attention sinks, with rows that key padding hides") {
+    check_on_gpu(g_d32_sinks_decode_layer(), 542);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -321,3 +321,20 @@ TEST_CASE("KV caches: the rules on their fields, and their text forms") {
           "cache: expected none, contiguous or paged(N), got 'paged(sixteen)'\n"
           "cache_dtype: expected f32, f16, bf16 or 'default', got 'f64'");
 }
+
+TEST_CASE("sinks: a boolean field that round-trips, false by default") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed =
+        attngen::spec_from_params({{"heads", "4"}, {"head_dim", "64"}, {"sinks", "true"}}, errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.sinks);
+    CHECK(attngen::spec_to_params(parsed).at("sinks") == "true");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(round_trip.sinks);
+    CHECK(attngen::spec_to_params(sdpa(4, 64)).at("sinks") == "false");
+
+    attngen::spec_from_params({{"sinks", "maybe"}}, errors);
+    CHECK(attngen::describe_errors(errors) == "sinks: expected true or false, got 'maybe'");
+}

@@ -170,6 +170,10 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
                     attn_bias.half[i] = 0xff80;
             }
     }
+    // Last, so that the other inputs of a layer without sinks are drawn as before. Logits
+    // about as large as the scores', so that the sink takes a real share of each row.
+    if (info.sinks)
+        fill(sinks, attngen::DType::f32, {H}, 3.0, rng);
 }
 
 attngen::Arguments Problem::arguments(void *out) const {
@@ -191,6 +195,7 @@ attngen::Arguments Problem::arguments(void *out) const {
     args.attn_bias = attn_bias.view();
     args.rope_cos = rope_cos.view();
     args.rope_sin = rope_sin.view();
+    args.sinks = sinks.view();
     for (const auto &entry : tensors)
         args.set_tensor(entry.first, entry.second.view());
     for (const auto &entry : scalars)
@@ -247,6 +252,7 @@ ReferenceProblem Problem::reference() const {
     p.bo = widen(bo);
     p.key_lengths.assign(key_lengths.ints.begin(), key_lengths.ints.end());
     p.attn_bias = widen(attn_bias);
+    p.sinks = widen(sinks);
     const attngen::RopeInfo &rope = info.rope;
     using Layout = ReferenceRope::Layout;
     using Scaling = ReferenceRope::Scaling;

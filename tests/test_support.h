@@ -45,6 +45,7 @@ class Problem {
     HostTensor query, key, value, x, context, wq, wk, wv, wo, bq, bk, bv, bo;
     HostTensor key_lengths, attn_bias;
     HostTensor rope_cos, rope_sin; ///< rope = table: cos and sin of random angles, (Lk, R / 2)
+    HostTensor sinks;              ///< sinks = true: (H) f32 in [-3, 3]
     /** The layer's declared tensors (f32 in [-1, 1], i32 in [0, Lk]) and scalars (1.0). */
     std::map<std::string, HostTensor> tensors;
     std::map<std::string, double> scalars;

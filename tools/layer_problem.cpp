@@ -284,6 +284,7 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
     problem.bv = values("bv");
     problem.bo = values("bo");
     problem.attn_bias = values("attn_bias");
+    problem.sinks = values("sinks");
     problem.rope.cos_table = values("rope_cos"); // rope = table; any values in [-1, 1]
     problem.rope.sin_table = values("rope_sin");
     for (double length : values("key_lengths"))

@@ -96,6 +96,9 @@ struct Arguments {
     // Rotary embeddings from tables (rope = table): f32 cos and sin of each rotary pair's angle
     // at each key position 0..Lk-1 (a query q sits at q + Lk - Lq, so Lq <= Lk).
     Tensor rope_cos, rope_sin; ///< (Lk, rotary_dim / 2) f32
+    // Attention sinks (sinks = true): a logit per query head that joins each row's softmax
+    // denominator as exp(sinks[h] - max) and adds no value. -inf is no sink.
+    Tensor sinks; ///< (H) f32
     // KV cache (layers with `cache`). The new tokens are query, key and value (B, H or Hkv,
     // Lq, D), or x (B, Lq, M); new token t of sequence b sits at position cache_lengths[b] + t.
     // The call writes the new tokens' K (rotated) and V at positions [cache_lengths[b],
@@ -175,6 +178,7 @@ struct LayerInfo {
     int extra_count;
     RopeInfo rope;
     CacheInfo cache;
+    bool sinks = false; ///< takes `sinks`, a logit per query head
 };
 
 /** Where a layer variant runs. */
