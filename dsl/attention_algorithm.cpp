@@ -211,15 +211,13 @@ void define_combine(AttentionStages &t, const AttentionInputs &in, const KeyRang
                     const Exponential &exponential) {
     Var d = t.d, j = t.j, q = t.q, h = t.h, b = t.b;
     const int chunk = t.options.chunk_keys;
-    const int tile = t.options.alternate_chunks ? t.options.query_tile : 0;
     // Chunks wholly outside the visible range are not visited.
     Expr chunks = (in.key_len + (chunk - 1)) / chunk;
     t.r_chunks = RDom(0, chunks, "r_chunks");
     Expr c_first = t.r_chunks.x * chunk;
     t.r_chunks.where(c_first < range.second && c_first + chunk > range.first);
-    auto partial = [&](const Expr &at, const Expr &step) {
-        return tile > 0 ? t.partials(at, step, q % tile, q / tile, h, b)
-                        : t.partials(at, step, q, h, b);
+    auto partial = [&](const Expr &at, const Expr &chunk) {
+        return t.partials(at, chunk, q, h, b);
     };
     auto chunk_max = [&](const Expr &chunk) { return partial(0, chunk)[1]; };
     auto chunk_sum = [&](const Expr &chunk) { return partial(0, chunk)[2]; };
@@ -277,28 +275,8 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
 
     // The combine reads the chunk results only through `partials`, so a schedule may
     // compute a chunk's statistics inside its loop over chunks.
-    const int tile = options.alternate_chunks ? options.query_tile : 0;
-    // partials (d, j, q, h, b) holds chunk j of query q; with alternating tiles,
-    // (d, step, row in tile, tile, h, b) holds the step's chunk of query tile * tile + row.
-    std::vector<Var> args = {d, j, q, h, b};
-    Expr chunk_of_step = j, query = q;
-    Expr chunks = (in.key_len + (chunk - 1)) / chunk;
-    if (tile > 0) {
-        // The tile is a pure dimension, so that inside it each step is one known chunk.
-        // Halide 14 bounds a select by both of its branches whatever its condition, and
-        // t % 2 and t & 1 by [0, 1] even for one t, so the parity is t - (t / 2) * 2. Over
-        // all tiles and steps it bounds the chunk apart from the parity (down to
-        // 1 - chunks), hence the clamp. Without a structured mask every chunk is a step of
-        // every tile, and the combine reads them in step order.
-        Var q_tile = t.q_tile;
-        args = {d, j, q, q_tile, h, b};
-        Expr odd = q_tile - (q_tile / 2) * 2;
-        chunk_of_step = Halide::clamp(j + odd * (chunks - 1 - 2 * j), 0, chunks - 1);
-        query = q_tile * tile + q;
-    }
-    t.partials(args) = Halide::Tuple(t.part_out(d, chunk_of_step, query, h, b),
-                                     t.part_max(chunk_of_step, query, h, b),
-                                     t.part_sum(chunk_of_step, query, h, b));
+    t.partials(d, j, q, h, b) =
+        Halide::Tuple(t.part_out(d, j, q, h, b), t.part_max(j, q, h, b), t.part_sum(j, q, h, b));
     define_combine(t, in, parts.tile_keys, parts.exponential);
 }
 
@@ -506,7 +484,7 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
 
 } // namespace
 
-AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested) {
+AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     AlgorithmOptions options = requested;
     if ((options.form == AttentionForm::chunks && options.chunk_keys <= 0) ||
         (options.form == AttentionForm::online && options.step_keys <= 0))
@@ -517,13 +495,10 @@ AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOpt
         options.step_keys = 0;
         options.d_per_lane = 1;
     }
-    const bool bounded = spec.mask.bounds_keys() || spec.cache.any();
     if (options.form != AttentionForm::chunks) {
         options.kv_value_block = 0;
         options.rows_up_to = 0;
     }
-    if (options.form != AttentionForm::chunks || bounded)
-        options.alternate_chunks = false;
     if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
         options.kv_value_block = 0;
     return options;
@@ -780,7 +755,7 @@ Expr with_whole_rows(AttentionStages &s, const AttentionInputs &in, const Expr &
     s.use_rows = in.key_len <= s.options.rows_up_to;
     AlgorithmOptions rows_options = s.options;
     rows_options.form = AttentionForm::whole_rows;
-    Expr rows_attention = define_softmax(*rows, in, effective_options(s.spec, rows_options));
+    Expr rows_attention = define_softmax(*rows, in, effective_options(rows_options));
     s.rows = rows;
     return Halide::select(s.use_rows, rows_attention, attention);
 }
@@ -832,7 +807,7 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     AttentionStages s;
     s.spec = spec;
     s.output = output;
-    s.options = effective_options(spec, requested);
+    s.options = effective_options(requested);
     s.r_head_dim = RDom(0, spec.resolved_head_dim(), "r_head_dim");
     // In base 2 (score_units), log2(e) rides on the scale: the scores come out in the units
     // the softmax's exponential takes, at no cost per score.

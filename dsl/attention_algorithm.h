@@ -108,13 +108,6 @@ struct AlgorithmOptions {
      * 0: one loop over the chunk's keys.
      */
     int kv_value_block = 0;
-    /**
-     * The chunks form without a causal, window or padding mask: tiles of query_tile queries,
-     * aligned at query 0, walk the chunks first to last in even tiles and last to first in odd
-     * ones (AttentionStages::partials). A tile then starts on the chunks the tile before it read
-     * last, which are still in cache.
-     */
-    bool alternate_chunks = false;
     /** The online form: keys per step. */
     int step_keys = 0;
     /** The online form: head_dim elements per state (a divisor of head_dim). */
@@ -134,12 +127,12 @@ struct AlgorithmOptions {
 };
 
 /**
- * The options build_attention writes a spec in: `requested` with what does not apply to the
- * spec or form turned off (alternate_chunks under a mask that bounds the keys, a
- * kv_value_block that does not divide the chunks, rows_up_to and chunk settings outside the chunks
- * form). Schedules read these, kept with the stages, to know the form they schedule.
+ * The options build_attention writes a spec in: `requested` with what does not apply to its
+ * form turned off (a kv_value_block that does not divide the chunks, rows_up_to and chunk
+ * settings outside the chunks form). Schedules read these, kept with the stages, to know the
+ * form they schedule.
  */
-AlgorithmOptions effective_options(const AttentionSpec &spec, const AlgorithmOptions &requested);
+AlgorithmOptions effective_options(const AlgorithmOptions &requested);
 
 /**
  * The pipeline's stages by the names DESIGN.md fixes; schedules and the tuner address them.
@@ -200,9 +193,6 @@ struct AttentionStages {
     /**
      * (d, j, q, h, b): Tuple(part_out, part_max, part_sum), the chunk's results as the combine
      * reads them. The statistics are repeated along d; the combine reads them at d = 0.
-     * With options.alternate_chunks: (d, j, q, q_tile, h, b), step j of row q of tile q_tile
-     * (query q_tile * options.query_tile + q), whose chunk is j in even tiles and the j-th from
-     * the last in odd ones.
      */
     Halide::Func partials{"partials"};
     /**

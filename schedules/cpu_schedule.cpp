@@ -849,13 +849,7 @@ void schedule_chunk_partials(AttentionStages &t, const TileLoops &tiles, const C
     t.partials.compute_at(tiles.tile_at)
         .bound_extent(q, plan.query_tile)
         .bound_extent(h, tiles.group);
-    std::vector<Halide::VarOrRVar> outer = {h, j, b};
-    if (t.options.alternate_chunks) {
-        // Tiles start at query 0 (the output's rows are 0 to Lq - 1): one per task.
-        t.partials.bound_extent(t.q_tile, 1);
-        outer.insert(outer.end() - 1, t.q_tile);
-    }
-    output_blocks(t.partials, q, outer, plan);
+    output_blocks(t.partials, q, {h, j, b}, plan);
     // One chunk per iteration; stored queries innermost so the vectors are dense.
     t.part_out.bound_extent(j, 1);
     for (Func stage : {t.part_max, t.part_sum})

@@ -333,8 +333,6 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         if (options.query_tile % cpu.value_queries == 0)
             options.value_queries = cpu.value_queries;
         options.rows_up_to = cpu.rows_up_to;
-        // The flash form's query tiles (prefill only; decode has one tile).
-        options.alternate_chunks = !split && cpu.alternate_chunks;
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
         options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_head_dim());
         // About half the vector instructions of Halide::exp.

@@ -135,17 +135,6 @@ std::vector<ScheduleParam> cpu_form_params() {
          "f32 on 16-lane targets: none for head_dim <= 64, else flash",
          W::prefill_without_projections,
          {0, 1, 2}},
-        {"alternate_chunks",
-         F::cpu,
-         &CpuScheduleParams::alternate_chunks,
-         0,
-         1,
-         "Without a causal, window or padding mask, odd query tiles walk the flash chunks last "
-         "to first, starting on the K and V rows the tile before read last.",
-         all_cpus(1),
-         "",
-         W::prefill_unbounded_mask,
-         {0, 1}},
     };
 }
 
@@ -406,8 +395,6 @@ const char *when_text(SearchWhen when) {
         return "prefill, without projections";
     case W::prefill_with_projections:
         return "prefill, with projections";
-    case W::prefill_unbounded_mask:
-        return "prefill, without a causal, window or padding mask";
     case W::decode:
         return "decode";
     case W::always:
@@ -501,7 +488,10 @@ const ScheduleParam *find_schedule_param(ScheduleFamily family, const std::strin
 const RemovedParam *find_removed_param(ScheduleFamily family, const std::string &name) {
     static const RemovedParam removed[] = {
         {F::cpu, "fused_qkv", 0,
-         "Q, K and V as one packed GEMM was never faster than three (docs/performance.md)"}};
+         "Q, K and V as one packed GEMM was never faster than three (docs/performance.md)"},
+        {F::cpu, "alternate_chunks", RemovedParam::any_value,
+         "walking odd query tiles' flash chunks last to first won nothing beyond noise "
+         "(docs/performance.md)"}};
     for (const RemovedParam &param : removed)
         if (param.family == family && name == param.name)
             return &param;
@@ -600,7 +590,7 @@ std::string schedule_params_markdown() {
     return text;
 }
 
-bool searched(const ScheduleParam &param, bool decode, bool projections, bool bounded_mask) {
+bool searched(const ScheduleParam &param, bool decode, bool projections) {
     switch (param.search_when) {
     case W::prefill:
         return !decode;
@@ -608,8 +598,6 @@ bool searched(const ScheduleParam &param, bool decode, bool projections, bool bo
         return !decode && !projections;
     case W::prefill_with_projections:
         return !decode && projections;
-    case W::prefill_unbounded_mask:
-        return !decode && !bounded_mask;
     case W::decode:
         return decode;
     case W::always:

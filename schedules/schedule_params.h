@@ -32,13 +32,12 @@ struct CpuScheduleParams {
     int flash_chunk = 0;   ///< keys per chunk of the flash (prefill) form; 0: whole rows
     int rows_up_to = 0;    ///< calls with Lk up to this walk whole rows rather than chunks
     CopyValues copy_values = CopyValues::all;
-    bool alternate_chunks = true; ///< odd query tiles walk the flash chunks last to first
-    bool packed_weights = false;  ///< projections pack (transpose) their weights once per call
-    int gemm_rows = 6;            ///< packed GEMM: rows per register tile
-    int gemm_task_rows = 24;      ///< packed GEMM: rows per parallel task
-    int gemm_row_vectors = 2;     ///< in-place GEMM: vectors of rows per register tile
-    int gemm_outputs = 8;         ///< in-place GEMM: outputs per register tile
-    int gemm_task_tiles = 2;      ///< in-place GEMM: row tiles per parallel task
+    bool packed_weights = false; ///< projections pack (transpose) their weights once per call
+    int gemm_rows = 6;           ///< packed GEMM: rows per register tile
+    int gemm_task_rows = 24;     ///< packed GEMM: rows per parallel task
+    int gemm_row_vectors = 2;    ///< in-place GEMM: vectors of rows per register tile
+    int gemm_outputs = 8;        ///< in-place GEMM: outputs per register tile
+    int gemm_task_tiles = 2;     ///< in-place GEMM: row tiles per parallel task
 };
 
 /**
@@ -69,7 +68,6 @@ enum class SearchWhen {
     prefill,                     ///< every prefill search
     prefill_without_projections, ///< prefill layers without projections
     prefill_with_projections,    ///< prefill layers with projections
-    prefill_unbounded_mask,      ///< prefill layers without a causal, window or padding mask
     decode,                      ///< searches whose shapes are all decode shapes
     always,                      ///< every search of the family
 };
@@ -123,10 +121,15 @@ const ScheduleParam *find_schedule_param(ScheduleFamily family, const std::strin
  * value that meant what attngen does now; `why` says why it went.
  */
 struct RemovedParam {
+    /** `neutral` of a parameter whose every value ran as fast as what attngen does now, so
+     * that a record's timing stands without it. */
+    static constexpr int any_value = -1;
     ScheduleFamily family;
     const char *name;
-    int neutral;
+    int neutral; ///< the value that meant what attngen does now, or any_value
     const char *why;
+    /** Whether a record that sets the parameter to `value` may drop it and still be used. */
+    bool drops(int value) const { return neutral == any_value || value == neutral; }
 };
 
 /** The removed parameter `name` of `family`, or nullptr. */
@@ -156,6 +159,6 @@ std::string schedule_params_usage(ScheduleFamily family, int indent);
 std::string schedule_params_markdown();
 
 /** Whether `attngen tune` searches `param` for a layer and shapes of this kind. */
-bool searched(const ScheduleParam &param, bool decode, bool projections, bool bounded_mask);
+bool searched(const ScheduleParam &param, bool decode, bool projections);
 
 } // namespace attngen

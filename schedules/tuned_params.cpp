@@ -113,10 +113,10 @@ TunedLookup find_tuned_params(const std::string &directory, const Halide::Target
                     continue;
                 const int value = item.value().get<int>();
                 // As in a tuning log: a removed parameter at the value that meant what attngen
-                // does now is dropped; at any other, the record is a schedule attngen no longer
-                // has, and the lookup goes on to the next.
+                // does now (RemovedParam::drops) is dropped; at any other, the record is a
+                // schedule attngen no longer has, and the lookup goes on to the next.
                 if (const RemovedParam *removed = find_removed_param(family, item.key())) {
-                    if (value != removed->neutral)
+                    if (!removed->drops(value))
                         removed_why = item.key() + "=" + std::to_string(value) + " was removed (" +
                                       removed->why + ")";
                     continue;

@@ -629,41 +629,6 @@ TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
     CHECK(block_loops.count == 0);
 }
 
-TEST_CASE("without a structured mask, odd query tiles walk the flash chunks last to first") {
-    // AVX2: 8 lanes; 3 query vectors make 24-query tiles.
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
-    struct Case {
-        std::string mask, schedule_params, shape_class;
-        int tile; // queries per alternating tile; 0: the chunks in one order
-    };
-    for (const Case &c :
-         {Case{"none", "query_vectors=3,flash_chunk=64", "prefill", 24},
-          Case{"additive", "query_vectors=2,flash_chunk=64", "prefill", 16},
-          Case{"none", "query_vectors=3,flash_chunk=64,alternate_chunks=false", "prefill", 0},
-          Case{"causal", "query_vectors=3,flash_chunk=64", "prefill", 0},
-          Case{"padding", "query_vectors=3,flash_chunk=64", "prefill", 0},
-          Case{"none", "query_vectors=3,flash_chunk=0", "prefill", 0},
-          Case{"none", "split_chunk=32", "decode", 0}}) {
-        INFO("mask " << c.mask << ", " << c.shape_class << ", schedule parameters '"
-                     << c.schedule_params << "'");
-        const attngen::AttentionSpec spec =
-            spec_of({{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", c.mask}});
-        attngen::BoundArguments bound;
-        for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
-            if (entry.kind == attngen::EntryArgument::Kind::buffer)
-                attngen::bind_image_param(spec, entry, bound);
-        const attngen::AlgorithmOptions options =
-            attngen::algorithm_options(spec, avx2, "x86", c.schedule_params, c.shape_class);
-        const attngen::AttentionStages stages = attngen::build_attention(
-            spec, attngen::bind_inputs(spec, bound), Halide::Func("out"), options);
-        CHECK(stages.options.alternate_chunks == (c.tile > 0));
-        if (c.tile > 0)
-            CHECK(stages.options.query_tile == c.tile);
-        if (stages.partials.defined())
-            CHECK(stages.partials.dimensions() == (c.tile > 0 ? 6 : 5));
-    }
-}
-
 TEST_CASE("causal tiles that powers of two leave short run the queries last to first") {
     // AVX2: 8 lanes, so 3 query vectors make 24-query tiles and 2 make 16.
     struct Case {

@@ -14,8 +14,8 @@
 #include "t_d32_whole_rows.h"
 #include "t_d48_odd_blocks.h"
 #include "t_d64_all_masks.h"
-#include "t_d64_flash_alternate.h"
 #include "t_d64_flash_gqa.h"
+#include "t_d64_flash_plain.h"
 #include "t_d64_gqa_decode.h"
 #include "t_d64_mqa_padding.h"
 #include "t_d64_reference.h"
@@ -54,7 +54,7 @@ TEST_CASE("non-finite inputs: an additive mask, and all mask kinds combined") {
 TEST_CASE("non-finite inputs: the flash forms (chunks, alternating chunks), and rows or chunks") {
     check_non_finite(t_d64_flash_gqa_layer(), 4621);
     check_non_finite(t_d80_flash_window_layer(), 4622);
-    check_non_finite(t_d64_flash_alternate_layer(), 4623);
+    check_non_finite(t_d64_flash_plain_layer(), 4623);
     check_non_finite(t_d64_rows_or_chunks_layer(), 4624);
 }
 

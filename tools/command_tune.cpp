@@ -127,8 +127,7 @@ ParamSpace search_space(ScheduleFamily family, const Params &defaults, const Att
                         bool decode) {
     ParamSpace space;
     for (const ScheduleParam &param : schedule_param_table()) {
-        if (param.family != family ||
-            !searched(param, decode, spec.projections.any(), spec.mask.bounds_keys()))
+        if (param.family != family || !searched(param, decode, spec.projections.any()))
             continue;
         const int default_value = param_value(param, defaults);
         std::vector<int> values = search_values(param, spec, default_value);

@@ -115,8 +115,9 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         r.threads = j.contains("threads") ? bounded_int(j["threads"], "threads", 0, 1024) : 0;
         r.scheduler = j.at("scheduler").get<std::string>();
         // Old parameter names (a log written before a rename) are read as the current ones. A
-        // removed parameter at the value that meant what attngen does now is dropped; at any
-        // other, the trial ran a schedule attngen no longer has.
+        // removed parameter at the value that meant what attngen does now (or at any value, where
+        // every value ran as fast) is dropped; at any other, the trial ran a schedule attngen no
+        // longer has.
         const ScheduleFamily family =
             r.target_class == "opencl" || r.target_class.rfind("cuda", 0) == 0
                 ? ScheduleFamily::gpu
@@ -124,7 +125,7 @@ std::optional<TrialRecord> record_from_json(const json &j, std::string &why) {
         for (const auto &item : j.at("params").items()) {
             const int value = bounded_int(item.value(), ("params." + item.key()).c_str(), 0, 65536);
             if (const RemovedParam *removed = find_removed_param(family, item.key())) {
-                if (value == removed->neutral)
+                if (removed->drops(value))
                     continue;
                 why = "params." + item.key() + " is " + std::to_string(value) +
                       ", a schedule that was removed (" + removed->why + ")";
