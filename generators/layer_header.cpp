@@ -193,6 +193,20 @@ inline int {name}_variant_{index}_argv(void **args) {{
                        fmt::arg("params", params), fmt::arg("call", call));
 }
 
+/** The header comment's fields past the mask that only some layers have: sinks, rope, cache. */
+std::string feature_comment(const AttentionSpec &spec) {
+    std::string text = spec.sinks ? " sinks=true" : "";
+    if (spec.rope.any())
+        text += "\n// rope=" + rope_text(spec.rope) +
+                " rope_theta=" + number_text(spec.rope.theta) +
+                " rotary_dim=" + std::to_string(spec.resolved_rotary_dim()) +
+                " rope_scaling=" + to_string(spec.rope.scaling);
+    if (spec.cache.any())
+        text += "\n// cache=" + cache_text(spec.cache) +
+                " cache_dtype=" + to_string(spec.resolved_cache_dtype());
+    return text;
+}
+
 } // namespace
 
 const char *cpu_variant_of(const std::string &target) {
@@ -247,7 +261,7 @@ std::string layer_definitions(const AttentionSpec &spec, const std::vector<std::
     return fmt::format(
         R"(// The attention layer '{name}':
 // heads={heads} kv_heads={kv_heads} head_dim={head_dim} model_dim={model_dim} scale={scale:.17g}
-// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{sinks_comment}{rope_comment}{cache_comment}
+// dtype={dtype} projections={projections} bias={bias} cross={cross} mask={mask}{feature_comment}
 {expression_comment}
 extern "C" const struct halide_filter_metadata_t *{halide}_metadata();
 
@@ -301,17 +315,7 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
         // Written only when set, so that the headers of layers without sinks read as before.
         fmt::arg("sinks", spec.sinks ? ", true" : ""),
-        fmt::arg("sinks_comment", spec.sinks ? " sinks=true" : ""),
-        fmt::arg("cache_comment", spec.cache.any()
-                                      ? "\n// cache=" + cache_text(spec.cache) +
-                                            " cache_dtype=" + to_string(spec.resolved_cache_dtype())
-                                      : std::string()),
-        fmt::arg("rope_comment",
-                 spec.rope.any() ? "\n// rope=" + rope_text(spec.rope) +
-                                       " rope_theta=" + number_text(spec.rope.theta) +
-                                       " rotary_dim=" + std::to_string(spec.resolved_rotary_dim()) +
-                                       " rope_scaling=" + to_string(spec.rope.scaling)
-                                 : std::string()));
+        fmt::arg("feature_comment", feature_comment(spec)));
 }
 
 } // namespace attngen
