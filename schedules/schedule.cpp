@@ -149,6 +149,9 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::stri
         while (head_dim % lanes != 0)
             lanes /= 2;
         params.d_per_lane = head_dim / lanes;
+        // Fewer lanes than the warp's (head_dim < 32) hold one row each: see gpu_params_problem.
+        if (lanes < 32)
+            params.heads_per_block = 1;
     } else {
         // About 8 head_dim elements per lane in the fold: a power of two of lanes, up to 32,
         // shares a row, the others run along the queries; each lane folds up to 8 queries, as
@@ -232,6 +235,15 @@ std::string gpu_params_problem(const AttentionSpec &spec, const GpuScheduleParam
         return "schedule parameter query_tile must be a power of two or a multiple of " +
                std::to_string(query_lanes) + " (32 lanes over " + std::to_string(d_groups) +
                " lanes per row), got " + std::to_string(tile);
+    // CUDA keeps a lane's state in registers only where its rows lie a whole warp apart
+    // (lane + 32 x row): a tile that fills fewer than 32 lanes holds one row per lane.
+    const int lanes = d_groups * std::min(tile, query_lanes);
+    if (lanes < 32 && heads > 1)
+        return "schedule parameter heads_per_block must be 1 where a block's tile fills " +
+               std::to_string(lanes) + " of the warp's 32 lanes (head_dim " +
+               std::to_string(head_dim) + " over " + std::to_string(d_groups) +
+               " lanes per row, query_tile " + std::to_string(tile) + "), got " +
+               std::to_string(heads);
     const int64_t shared = gpu_shared_memory_bytes(spec, gpu);
     if (shared > gpu_shared_memory_limit) {
         const std::string tiles = "query_tile=" + std::to_string(gpu.query_tile) +

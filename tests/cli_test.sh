@@ -323,6 +323,13 @@ expect 1 "a GPU query tile that splits the lanes of a row" "$attngen" compile "$
 contains "$work/err.txt" \
     "query_tile must be a power of two or a multiple of 8 (32 lanes over 4 lanes per row), got 12" \
     "the GPU query tile is held to whole stripes of lanes"
+printf 'attention small_head {\n  heads = 4\n  kv_heads = 2\n  head_dim = 16\n}\n' \
+    >"$work/small_head.attn"
+expect 1 "GPU heads sharing a block whose tile fills half a warp" "$attngen" compile \
+    "$work/small_head.attn" --target x86-64-linux-opencl --shape-class decode \
+    --schedule-params heads_per_block=2 -o "$work/lib_small"
+contains "$work/err.txt" "heads_per_block must be 1 where a block's tile fills 16 of the warp's 32 lanes (head_dim 16 over 16 lanes per row, query_tile 1), got 2" \
+    "a GPU state a lane's registers cannot hold is refused before Halide sees it"
 printf 'attention huge_head {\n  heads = 2\n  head_dim = 1024\n}\n' \
     >"$work/huge_head.attn"
 expect 1 "a layer whose smallest GPU tiles exceed a block's shared memory" "$attngen" compile \
