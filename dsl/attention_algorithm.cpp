@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -390,19 +391,29 @@ struct NormalizeTerms {
  * The attention from its unnormalized P·V `out`, row max and row sum: out / sum. With sinks
  * (spec.sinks) the denominator gains the head's sink, exp(sink - max), which takes its share of
  * the probability mass and adds no value; both are taken relative to m = max(max, sink), so
- * that every exponent is at most 0: out e^(max - m) / (sum e^(max - m) + e^(sink - m)). A sink
- * of -inf is no sink; a NaN one makes the head's rows NaN.
+ * that every exponent is at most 0: out e^(max - m) / (sum e^(max - m) + e^(sink - m)).
+ * Decided on the sink's bits, as attention_terms.h asks of every non-finite value: -inf is no
+ * sink; NaN and +inf make the head's rows NaN (+inf - +inf, as PyTorch's softmax over the
+ * scores and the sink gives); finite sinks are clamped to +-1e30, so that neither the scaling
+ * to base 2 nor max - m overflows.
  */
 Expr normalized(const AttentionStages &t, const AttentionInputs &in, const NormalizeTerms &terms) {
     if (!t.spec.sinks)
         return terms.out * inverse_sum(terms.sum);
-    const double units = score_units(t.spec, t.options);
-    Expr sink = in.sinks(t.h);
-    if (units != 1.0)
-        sink = sink * static_cast<float>(units);
+    constexpr float infinity = std::numeric_limits<float>::infinity(), limit = 1e30f;
+    Expr given = in.sinks(t.h);
+    Expr bits = Halide::reinterpret<int32_t>(given);
+    Expr poisoned = (bits & 0x7fffffff) > bits_of(infinity) || bits == bits_of(infinity);
+    Expr absent = bits == bits_of(-infinity);
+    Expr finite =
+        Halide::select(poisoned, 0.0f, absent, -limit, Halide::clamp(given, -limit, limit));
+    Expr sink = finite * static_cast<float>(score_units(t.spec, t.options));
     Expr top = Halide::max(terms.max, sink);
     Expr scale = terms.exponential(terms.max - top);
-    return terms.out * scale * inverse_sum(terms.sum * scale + terms.exponential(sink - top));
+    Expr mass = Halide::select(absent, 0.0f, terms.exponential(sink - top));
+    Expr result = terms.out * scale * inverse_sum(terms.sum * scale + mass);
+    // A quiet NaN made from the sink's own bits (a NaN constant would be folded away).
+    return Halide::select(poisoned, Halide::reinterpret<float>(bits | 0x7fc00000), result);
 }
 
 /**

@@ -384,6 +384,7 @@ std::string why_reserved_argument(const std::string &name) {
                                  "attn_bias",
                                  "rope_cos",
                                  "rope_sin",
+                                 "sinks",
                                  "k_cache",
                                  "v_cache",
                                  "block_table",

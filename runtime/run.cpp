@@ -104,8 +104,11 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
                             {"block_table", &args.block_table},
                             {"cache_lengths", &args.cache_lengths},
                             {"query_lengths", &args.query_lengths}};
+    const Tensor *declared = internal::find_named(args.tensors, name);
     for (const Named &input : inputs)
-        if (std::strcmp(name, input.name) == 0) {
+        // A layer generated before a built-in argument took its name may declare a tensor of
+        // that name (sinks): the declared tensor serves it when the built-in is not given.
+        if (std::strcmp(name, input.name) == 0 && (input.tensor->given() || declared == nullptr)) {
             *data = input.tensor->data;
             *on_device = input.tensor->on_device;
             return input.tensor;
@@ -116,7 +119,6 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
             *on_device = cache->on_device;
             return cache;
         }
-    const Tensor *declared = internal::find_named(args.tensors, name);
     if (declared != nullptr) {
         *data = declared->data;
         *on_device = declared->on_device;

@@ -147,6 +147,7 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                 const double sink =
                     p.sinks.empty() ? -std::numeric_limits<double>::infinity() : p.sinks[h];
                 row_max = std::max(row_max, sink);
+                any_nan = any_nan || std::isnan(sink); // a NaN sink makes the row NaN below
                 // Every key masked (or of score -inf): every weight is 0 and the row is zero,
                 // or 0 x V. A NaN score, which std::max passes over, makes the row NaN below.
                 if (row_max == -std::numeric_limits<double>::infinity() && !any_nan) {

@@ -39,7 +39,7 @@ struct ReferenceProblem {
     std::vector<int> key_lengths;          // (B)
     std::vector<double> attn_bias;         // (B,H,Lq,Lk)
     /** Attention sinks, (H), none if empty: head h's softmax denominator gains exp(sinks[h]
-     * - max), max taken over the row's scores and the sink. */
+     * - max), max taken over the row's scores and the sink; NaN and +inf make the rows NaN. */
     std::vector<double> sinks;
 
     /** A score modification, applied to scale * q.k (plus the additive bias); none if empty. */

@@ -328,6 +328,7 @@ TEST_CASE("check_spec reports declarations, score_mod and mask predicates by fie
     spec.scalars.push_back({"9lives", false});
     spec.scalars.push_back({"select", false});
     spec.scalars.push_back({"key_lengths", true});
+    spec.scalars.push_back({"sinks", false});
     spec.scalars.push_back({"__user_context", false});
     CHECK(describe_errors(check_spec(spec)) ==
           "tensor q: has a reserved name: 'q' is an index variable\n"
@@ -346,6 +347,8 @@ TEST_CASE("check_spec reports declarations, score_mod and mask predicates by fie
           "scalar select: has a reserved name: 'select' is a function\n"
           "scalar key_lengths: has a reserved name: 'key_lengths' is a built-in argument of "
           "every layer that has it\n"
+          "scalar sinks: has a reserved name: 'sinks' is a built-in argument of every layer that "
+          "has it\n"
           "scalar __user_context: has a reserved name: '__user_context' is reserved for "
           "generated code (it starts with '__')\n"
           "score_mod: must be a number (integer or real), got a boolean\n"

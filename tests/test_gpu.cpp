@@ -160,8 +160,17 @@ TEST_CASE("GPU schedule: attention sinks, grouped heads and a causal mask") {
     check_on_gpu(g_d32_sinks_layer(), 541);
 }
 
-TEST_CASE("GPU split-KV decode form: attention sinks, with rows that key padding hides") {
+TEST_CASE("GPU split-KV decode form: attention sinks, grouped heads, causal and padding") {
     check_on_gpu(g_d32_sinks_decode_layer(), 542);
+}
+
+TEST_CASE("GPU schedule and split-KV decode form: sinks at the edges, fully masked rows") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_sink_edges(g_d32_sinks_layer(), 543);
+    check_sink_edges(g_d32_sinks_decode_layer(), 544);
+    CHECK(attngen::last_device() == test_api);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -365,6 +365,50 @@ void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
     }
 }
 
+void check_sink_edges(const attngen::Layer &layer, uint32_t base_seed) {
+    const uint32_t seed = test_seed(base_seed);
+    const attngen::LayerInfo &info = layer.info;
+    INFO("layer " << info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    REQUIRE(info.sinks);
+    REQUIRE_FALSE(info.projections);
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const float edges[] = {4.0f, -inf, std::numeric_limits<float>::quiet_NaN(), inf, 60.0f, -60.0f,
+                           0.5f, -4.0f};
+    const int batch = 2, query_len = 5, key_len = 40;
+    Problem problem(info, batch, query_len, key_len, seed);
+    if (info.key_padding)
+        problem.key_lengths.ints = {0, 17};
+    for (size_t h = 0; h < problem.sinks.values.size(); h++)
+        problem.sinks.values[h] = edges[h % 8];
+    OutputBuffer out(info.dtype, problem.out_elements());
+    const attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+    INFO(describe(problem, seed) << ": " << status.message());
+    REQUIRE(status.ok());
+    const std::vector<float> got = out.values();
+    const std::vector<double> want = reference_attention(problem.reference());
+    REQUIRE(got.size() == want.size());
+    const size_t per_head = static_cast<size_t>(query_len) * info.head_dim;
+    double scale = 1.0;
+    for (double value : want)
+        if (std::isfinite(value))
+            scale = std::max(scale, std::abs(value));
+    for (size_t i = 0; i < got.size(); i++) {
+        const size_t head = (i / per_head) % static_cast<size_t>(info.heads);
+        const bool masked_row = info.key_padding && i < got.size() / batch;
+        const float sink = problem.sinks.values[head];
+        INFO("element " << i << " of head " << head << " (sink " << sink << "): got " << got[i]
+                        << ", reference " << want[i]);
+        if (std::isnan(sink) || sink == inf) {
+            REQUIRE(std::isnan(got[i]));
+            REQUIRE(std::isnan(want[i]));
+        } else if (masked_row) {
+            REQUIRE(got[i] == 0.0f);
+        } else {
+            REQUIRE(std::abs(got[i] - want[i]) <= tolerance_for(info.dtype) * scale);
+        }
+    }
+}
+
 namespace {
 
 /** Sets element `index` of `tensor` to `value`, in its storage too. */

@@ -89,6 +89,15 @@ std::vector<Shape> decode_shapes();
 void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
                              const std::vector<Shape> &extra_shapes = {});
 
+/**
+ * A layer with sinks (and no projections) on sinks at the edges, per head in turn: 4, -inf (no
+ * sink), NaN, +inf, 60, -60, 0.5, -4; with key padding, batch 0's rows see no key. Heads whose
+ * sink is NaN or +inf must be NaN in every element; every other element within
+ * tolerance_for(dtype) of the reference (max(1, max |reference|) scaled), fully masked rows
+ * exactly 0.
+ */
+void check_sink_edges(const attngen::Layer &layer, uint32_t base_seed);
+
 /** Adjusts a random problem (its declared tensors and scalars) and sets the reference's
  * modification to match. */
 using Prepare = std::function<void(Problem &, ReferenceProblem &)>;

@@ -97,7 +97,8 @@ struct Arguments {
     // at each key position 0..Lk-1 (a query q sits at q + Lk - Lq, so Lq <= Lk).
     Tensor rope_cos, rope_sin; ///< (Lk, rotary_dim / 2) f32
     // Attention sinks (sinks = true): a logit per query head that joins each row's softmax
-    // denominator as exp(sinks[h] - max) and adds no value. -inf is no sink.
+    // denominator as exp(sinks[h] - max) and adds no value. -inf is no sink; NaN and +inf make
+    // the head's rows NaN.
     Tensor sinks; ///< (H) f32
     // KV cache (layers with `cache`). The new tokens are query, key and value (B, H or Hkv,
     // Lq, D), or x (B, Lq, M); new token t of sequence b sits at position cache_lengths[b] + t.
