@@ -463,6 +463,29 @@ std::string non_finite_mismatch(const std::vector<float> &got, const std::vector
     return "";
 }
 
+/**
+ * The inputs check_non_finite plants in, by name, and whether each feeds V: the token tensors,
+ * the additive bias and every declared f32 tensor.
+ */
+std::vector<std::pair<std::string, bool>> plantable_inputs(const attngen::LayerInfo &info) {
+    std::vector<std::pair<std::string, bool>> inputs;
+    if (info.projections) {
+        inputs.emplace_back("x", !info.cross_attention);
+        if (info.cross_attention)
+            inputs.emplace_back("context", true);
+    } else {
+        inputs.emplace_back("query", false);
+        inputs.emplace_back("key", false);
+        inputs.emplace_back("value", true);
+    }
+    if (info.additive)
+        inputs.emplace_back("attn_bias", false);
+    for (int i = 0; i < info.extra_count; i++)
+        if (!info.extras[i].is_scalar && info.extras[i].dtype == attngen::DType::f32)
+            inputs.emplace_back(info.extras[i].name, false);
+    return inputs;
+}
+
 } // namespace
 
 void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Prepare &prepare,
@@ -476,29 +499,13 @@ void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Pre
                              -std::numeric_limits<float>::infinity()};
     // Prefill with Lq = Lk, decode (Lq < Lk) and a longer one that spans several blocks.
     const Shape shapes[] = {{2, 19, 19}, {2, 3, 45}, {1, 40, 130}};
+    const std::vector<std::pair<std::string, bool>> inputs = plantable_inputs(layer.info);
     std::mt19937 rng(seed);
     uint32_t problem_seed = seed;
     for (const Shape &shape : shapes) {
         if (layer.info.rope.table && shape.query_len > shape.key_len)
             continue;
         for (float value : planted) {
-            // The inputs, by name, and whether each feeds V.
-            Problem names(layer.info, shape.batch, shape.query_len, shape.key_len, 0);
-            std::vector<std::pair<std::string, bool>> inputs;
-            if (layer.info.projections) {
-                inputs.emplace_back("x", !layer.info.cross_attention);
-                if (layer.info.cross_attention)
-                    inputs.emplace_back("context", true);
-            } else {
-                inputs.emplace_back("query", false);
-                inputs.emplace_back("key", false);
-                inputs.emplace_back("value", true);
-            }
-            if (layer.info.additive)
-                inputs.emplace_back("attn_bias", false);
-            for (const auto &entry : names.tensors)
-                if (entry.second.dtype == attngen::DType::f32)
-                    inputs.emplace_back(entry.first, false);
             for (const auto &[input, feeds_values] : inputs)
                 for (int trial = 0; trial < 2; trial++) {
                     Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len,
@@ -516,6 +523,11 @@ void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Pre
                     std::uniform_int_distribution<size_t> element(0, tensor.values.size() - 1);
                     const size_t index = element(rng);
                     plant(tensor, index, value);
+                    // prepare runs twice: before planting, so that the element is planted
+                    // in the values the layer will read (a prepare may set a tensor), and
+                    // after, so that the reference's modification copies the tensors with the
+                    // planted element. A prepare sets fixed values and copies what it reads,
+                    // so the second run leaves the planted element where it is.
                     ReferenceProblem math = problem.reference();
                     if (prepare)
                         prepare(problem, math);
