@@ -4,6 +4,7 @@
 // threads. The prefill rows also time the layers generated with attngen's reference schedule.
 // Every row also checks that they agree; the program exits non-zero when a layer fails or
 // disagrees.
+#include "agreement.h"
 #include "bench_cache_contiguous.h"
 #include "bench_cache_contiguous_f16.h"
 #include "bench_cache_paged.h"
@@ -490,39 +491,11 @@ template <typename Call> double median_ms(const Call &call, const Rounds &rounds
     return median(times);
 }
 
-/** The largest |actual - expected|, or NaN if any difference is NaN. */
-template <typename Expected>
-double max_abs_diff(const std::vector<float> &actual, const std::vector<Expected> &expected) {
-    double worst = 0;
-    for (size_t i = 0; i < actual.size(); i++) {
-        double diff = std::fabs(double(actual[i]) - double(expected[i]));
-        if (std::isnan(diff))
-            return diff;
-        worst = std::max(worst, diff);
-    }
-    return worst;
-}
-
-template <typename Value> double max_abs(const std::vector<Value> &values) {
-    double largest = 0;
-    for (Value value : values)
-        largest = std::max(largest, std::fabs(double(value)));
-    return largest;
-}
-
-/**
- * Whether `actual` agrees with `expected`: max |actual - expected| <= relative_tolerance *
- * max |expected| + absolute_tolerance. If not, says so on stderr, naming the comparison `what`.
- */
+/** agrees (agreement.h) at the benchmark's tolerances. */
 template <typename Expected>
 bool agrees(const std::string &what, const std::vector<float> &actual,
             const std::vector<Expected> &expected) {
-    const double limit = relative_tolerance * max_abs(expected) + absolute_tolerance;
-    const double diff = max_abs_diff(actual, expected);
-    if (diff <= limit)
-        return true;
-    fmt::print(stderr, "bench_attention: {} = {:g} > {:g}\n", what, diff, limit);
-    return false;
+    return attngen_bench::agrees(what, actual, expected, relative_tolerance, absolute_tolerance);
 }
 
 /** The fused peers' times over the rounds of one row, and their ratios to attngen's. */

@@ -1,6 +1,8 @@
 // The fused-attention peers' processes (see fused_peers.h).
 #include "fused_peers.h"
 
+#include "agreement.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -203,9 +205,6 @@ bool FusedPeers::load(const std::string &what, const PeerShape &shape, const flo
                     stop(p, fmt::format("cannot write {}/{}", scratch_, input_names[i]));
             return true;
         }
-    double largest = 0;
-    for (float x : expected)
-        largest = std::max(largest, std::fabs(double(x)));
     bool agree = true;
     const std::string command = fmt::format(
         "load {} {} {} {} {} {} {} {} {}", scratch_, shape.batch, shape.heads, shape.kv_heads,
@@ -234,20 +233,9 @@ bool FusedPeers::load(const std::string &what, const PeerShape &shape, const flo
             }
             // Rounding K and V (in [-1, 1]) to f16 moves an output by up to about 2^-11.
             const bool half = form == "f16";
-            const double relative = half ? 2e-3 : 1e-4, absolute = half ? 1e-3 : 1e-5;
-            double worst = 0;
-            for (size_t i = 0; i < out.size(); i++) {
-                const double diff = std::fabs(double(out[i]) - double(expected[i]));
-                worst = std::isnan(diff) ? diff : std::max(worst, diff);
-                if (std::isnan(worst))
-                    break;
-            }
-            const double limit = relative * largest + absolute;
-            if (!(worst <= limit)) {
-                fmt::print(stderr, "bench_attention: {}: max|attngen - {} ({})| = {:g} > {:g}\n",
-                           what, peer.name, form, worst, limit);
+            if (!agrees(fmt::format("{}: max|attngen - {} ({})|", what, peer.name, form), out,
+                        expected, half ? 2e-3 : 1e-4, half ? 1e-3 : 1e-5))
                 agree = false;
-            }
         }
     }
     return agree;
