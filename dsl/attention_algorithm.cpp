@@ -408,7 +408,10 @@ Expr normalized(const AttentionStages &t, const AttentionInputs &in, const Norma
     Expr finite =
         Halide::select(poisoned, 0.0f, absent, -limit, Halide::clamp(given, -limit, limit));
     Expr sink = finite * static_cast<float>(score_units(t.spec, t.options));
-    Expr top = Halide::max(terms.max, sink);
+    // An absent sink leaves the max alone: its stand-in -1e30 must not become the max of a row
+    // whose scores all lie below it (an additive bias near -f32 max), which would scale the
+    // whole row to 0.
+    Expr top = Halide::select(absent, terms.max, Halide::max(terms.max, sink));
     Expr scale = terms.exponential(terms.max - top);
     Expr mass = Halide::select(absent, 0.0f, terms.exponential(sink - top));
     Expr result = terms.out * scale * inverse_sum(terms.sum * scale + mass);

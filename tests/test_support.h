@@ -90,8 +90,9 @@ void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
                              const std::vector<Shape> &extra_shapes = {});
 
 /**
- * A layer with sinks (and no projections) on sinks at the edges, per head in turn: 4, -inf (no
- * sink), NaN, +inf, 60, -60, 0.5, -4; with key padding, batch 0's rows see no key. Heads whose
+ * A layer with sinks (and no projections) on sinks at the edges: 4, -inf (no sink), NaN, +inf,
+ * 60, -60, 0.5, -4, rotated over the heads in eight calls, so that each head meets each value;
+ * with key padding, batch 0's rows see no key. Heads whose
  * sink is NaN or +inf must be NaN in every element; every other element within
  * tolerance_for(dtype) of the reference (max(1, max |reference|) scaled), fully masked rows
  * exactly 0.
