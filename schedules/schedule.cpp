@@ -149,7 +149,8 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::stri
         while (head_dim % lanes != 0)
             lanes /= 2;
         params.d_per_lane = head_dim / lanes;
-        // Fewer lanes than the warp's (head_dim < 32) hold one row each: see gpu_params_problem.
+        // Fewer lanes than the warp's (head_dim not a multiple of 32) hold one row each: see
+        // gpu_params_problem.
         if (lanes < 32)
             params.heads_per_block = 1;
     } else {

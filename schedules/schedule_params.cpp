@@ -261,7 +261,7 @@ std::vector<ScheduleParam> gpu_block_params() {
          "Query heads of one kv head's group per block, sharing each step (a divisor of the "
          "group).",
          gpu_only,
-         "1; up to 4 of the group for decode (1 at head_dim < 32)",
+         "1; up to 4 of the group for decode (1 where head_dim is not a multiple of 32)",
          W::always,
          {},
          SearchValues::group_divisors},
