@@ -47,7 +47,8 @@ constexpr int warp_lanes = 32;
  * How the lanes of a block's warp share its tile: query_tile queries of heads_per_block heads.
  * In the fold and the output, lane (d group g, query lane l) holds head_dim elements
  * g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block; in the
- * scores, a lane holds score_keys keys of score_queries queries of one head at a time.
+ * scores, a lane holds score_keys keys of score_queries queries (gpu_score_tiles) of one head
+ * at a time, or of every head of the block (schedule_scores says where).
  */
 struct LaneLayout {
     int d_groups;      ///< head_dim / d_per_lane
@@ -60,21 +61,9 @@ LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
     LaneLayout layout;
     layout.d_groups = head_dim / params.d_per_lane;
     layout.query_lanes = std::max(1, std::min(params.query_tile, warp_lanes / layout.d_groups));
-    // Score tiles: the split of the warp between queries and keys whose tile does the most
-    // multiply-adds per load (a tile of k keys and q queries loads ceil(k / 4) + ceil(q / 4)
-    // vectors per feature).
-    double best = 0;
-    for (int query_lanes = 1; query_lanes <= warp_lanes; query_lanes *= 2) {
-        const int key_lanes = warp_lanes / query_lanes;
-        const int keys = std::max(1, params.step_keys / key_lanes);
-        const int queries = std::max(1, params.query_tile / query_lanes);
-        const double per_load = double(keys * queries) / ((keys + 3) / 4 + (queries + 3) / 4);
-        if (per_load > best) {
-            best = per_load;
-            layout.score_keys = keys;
-            layout.score_queries = queries;
-        }
-    }
+    const GpuScoreTiles tiles = gpu_score_tiles(params);
+    layout.score_keys = tiles.keys;
+    layout.score_queries = tiles.queries;
     return layout;
 }
 
@@ -388,13 +377,15 @@ void schedule_scores(const GpuSchedule &gpu) {
         .unroll(k)
         .unroll(q);
     s.scores.update().reorder(k, q, h, s.r_head_dim.x).unroll(k).unroll(q);
-    if (gpu.params.stage_kv) {
+    // A lane's tile takes every head of the block where K is read where it lies, so that each
+    // key it loads serves them all, and where the tile is a few scores (decode: a key of one
+    // query), so that the lane keeps several independent sums going rather than one.
+    const int heads = gpu.params.heads_per_block;
+    if (gpu.params.stage_kv && layout.score_keys * layout.score_queries * heads > 8) {
         s.masked.reorder(qi2, ki, lane, h);
     } else {
-        // K read where it lies: a lane's tile takes every head of the block, so that each
-        // key it loads serves them all.
         s.masked.reorder(qi2, ki, h, lane).unroll(h);
-        s.scores.bound_extent(h, gpu.params.heads_per_block).unroll(h);
+        s.scores.bound_extent(h, heads).unroll(h);
         s.scores.update().unroll(h);
     }
     on_lanes(gpu, s.masked, lane);
@@ -458,6 +449,30 @@ void schedule_combine(const GpuSchedule &gpu) {
 }
 
 } // namespace
+
+GpuScoreTiles gpu_score_tiles(const GpuScheduleParams &params) {
+    // A lane past the block's queries or the step's keys has no tile of its own: a decode
+    // block's one query row must not leave its step's scores to one lane while 31 wait (on an
+    // H200 that made the decode kernel 1.9-3.1x slower). A tile of k keys and q queries loads
+    // ceil(k / 4) + ceil(q / 4) vectors per feature.
+    GpuScoreTiles best{0, 0, 0};
+    double best_per_load = 0;
+    for (int query_lanes = 1; query_lanes <= warp_lanes; query_lanes *= 2) {
+        const int key_lanes = warp_lanes / query_lanes;
+        const int keys = std::max(1, params.step_keys / key_lanes);
+        const int queries = std::max(1, params.query_tile / query_lanes);
+        const double per_load = double(keys * queries) / ((keys + 3) / 4 + (queries + 3) / 4);
+        const int tile = keys * queries, best_tile = best.keys * best.queries;
+        if (best.lanes == 0 || tile < best_tile ||
+            (tile == best_tile && per_load > best_per_load)) {
+            best_per_load = per_load;
+            best = {keys, queries,
+                    std::min(query_lanes, std::max(params.query_tile, 1)) *
+                        std::min(key_lanes, std::max(params.step_keys, 1))};
+        }
+    }
+    return best;
+}
 
 void apply_gpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const GpuScheduleParams &params) {

@@ -26,6 +26,20 @@ constexpr int gpu_shared_memory_limit = 48 * 1024;
  */
 int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuScheduleParams &params);
 
+/** How the lanes of a GPU block's warp share a step's scores (schedules/cuda_schedule.cpp). */
+struct GpuScoreTiles {
+    int keys;    ///< keys of a lane's register tile
+    int queries; ///< queries of a lane's register tile
+    int lanes;   ///< lanes with a tile of their own; any others would only repeat one
+};
+
+/**
+ * The score tiles of the GPU schedule with `params`: of the splits of the warp between keys
+ * and queries, the one with the smallest tile per lane (no lane left idle while another works
+ * through a tile alone), and among those the one with the most multiply-adds per load.
+ */
+GpuScoreTiles gpu_score_tiles(const GpuScheduleParams &params);
+
 /** The GPU schedule's split_chunk for a shape class: split-KV for decode, 0 otherwise. */
 int gpu_default_split_chunk(const std::string &shape_class);
 

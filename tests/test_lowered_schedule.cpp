@@ -11,7 +11,8 @@
 // - On AVX-512 the split-KV P·V sums each block of keys in a register tile (a constant-size
 //   intermediate) over a loop of blocks; on AVX2 it keeps one loop over the keys.
 // - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
-//   48 KiB a CUDA block may use, and stage, score and fold no step past a tile's last key.
+//   48 KiB a CUDA block may use, and stage, score and fold no step past a tile's last key; the
+//   scores of a step keep every lane of the warp busy, decode's one query row included.
 #include "dsl/attention_algorithm.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
@@ -673,6 +674,35 @@ TEST_CASE("the GPU schedule stages, scores and folds no step past the last key a
         keep.kept.accept(&steps);
         CHECK(steps.loops > 0);
         CHECK(steps.guarded == steps.loops);
+    }
+}
+
+TEST_CASE("the GPU schedule's score tiles give every lane of the warp keys of its own") {
+    // A step's query_tile x step_keys scores spread over min(32, their count) lanes, each lane
+    // a tile of the same size. (With one query row, decode, the tiles once took all 32 lanes
+    // along the queries: lane 0 scored the whole step while 31 lanes waited.)
+    for (const int query_tile : {1, 2, 4, 8, 16, 32, 64})
+        for (const int step_keys : {8, 16, 32, 64}) {
+            attngen::GpuScheduleParams params;
+            params.query_tile = query_tile;
+            params.step_keys = step_keys;
+            const attngen::GpuScoreTiles tiles = attngen::gpu_score_tiles(params);
+            INFO("query_tile " << query_tile << ", step_keys " << step_keys << ": tiles of "
+                               << tiles.keys << " keys x " << tiles.queries << " queries on "
+                               << tiles.lanes << " lanes");
+            CHECK(tiles.lanes == std::min(32, query_tile * step_keys));
+            CHECK(tiles.keys * tiles.queries * tiles.lanes == query_tile * step_keys);
+        }
+    // The defaults of the decode and prefill shape classes.
+    for (const auto &[head_dim, shape_class] :
+         {std::make_pair("128", "decode"), std::make_pair("64", "decode"),
+          std::make_pair("64", "prefill"), std::make_pair("128", "prefill")}) {
+        const attngen::AttentionSpec spec =
+            spec_of({{"heads", "32"}, {"kv_heads", "8"}, {"head_dim", head_dim}});
+        const attngen::GpuScoreTiles tiles =
+            attngen::gpu_score_tiles(attngen::gpu_schedule_params(spec, shape_class));
+        INFO(shape_class << ", head_dim " << head_dim);
+        CHECK(tiles.lanes == 32);
     }
 }
 
