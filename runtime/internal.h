@@ -28,6 +28,39 @@ inline const ExtraArgument *find_extra(const LayerInfo &info, const std::string 
     return nullptr;
 }
 
+/** The byte range [first, last] a tensor's elements occupy (its data pointer is non-null). */
+struct Span {
+    uintptr_t first = 0, last = 0;
+};
+
+/** The Span of a tensor whose shape (each size >= 1) and strides (each >= 0) are checked. */
+inline Span span_of(const Layout &layout, const void *data) {
+    uint64_t last = 0;
+    for (int i = 0; i < layout.rank; i++)
+        last +=
+            static_cast<uint64_t>(layout.shape[i] - 1) * static_cast<uint64_t>(layout.strides[i]);
+    auto first = reinterpret_cast<uintptr_t>(data);
+    return {first, first + (last + 1) * dtype_size(layout.dtype) - 1};
+}
+
+/** Whether two spans share a byte. */
+inline bool overlapping(const Span &a, const Span &b) {
+    return a.first <= b.last && b.first <= a.last;
+}
+
+/**
+ * Refuses dimension `i` of a tensor whose size is outside 1..INT32_MAX ("SUBJECT has MEANING
+ * N", or "has size N in dimension i" without a meaning) or whose stride is outside 0..INT32_MAX.
+ */
+Status check_dimension(const std::string &subject, const Layout &layout, int i,
+                       const char *meaning);
+
+/**
+ * Refuses a tensor to be written whose elements share addresses (writing through them would
+ * race): "SUBJECT has overlapping elements: ...".
+ */
+Status check_distinct_elements(const std::string &subject, const Layout &layout);
+
 /** What validation learns of a call's sizes, for run(). */
 struct CallShape {
     int64_t batch = 0, query_len = 0;

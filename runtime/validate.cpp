@@ -230,19 +230,9 @@ Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
     return Status();
 }
 
-/** The byte range [first, last] a tensor's elements occupy (its data pointer is non-null). */
-struct Span {
-    uintptr_t first = 0, last = 0;
-};
-
-Span span_of(const Layout &layout, const void *data) {
-    uint64_t last = 0;
-    for (int i = 0; i < layout.rank; i++)
-        last +=
-            static_cast<uint64_t>(layout.shape[i] - 1) * static_cast<uint64_t>(layout.strides[i]);
-    auto first = reinterpret_cast<uintptr_t>(data);
-    return {first, first + (last + 1) * dtype_size(layout.dtype) - 1};
-}
+using internal::overlapping;
+using internal::Span;
+using internal::span_of;
 
 /** Shape, dtype and stride checks of one tensor on its own. */
 Status check_layout(const char *name, const Layout &layout, const void *data, DType dtype,
@@ -264,17 +254,11 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
         return Status::error("attngen: " + arg + " has dtype " + dtype_name(layout.dtype) +
                              " but layer '" + info.name + "' was generated for " +
                              dtype_name(dtype));
-    for (int i = 0; i < rank; i++) {
-        if (layout.shape[i] < 1 || layout.shape[i] > INT32_MAX)
-            return Status::error("attngen: " + arg + " has " + dims[i].meaning + " " +
-                                 std::to_string(layout.shape[i]) + "; it must be in 1.." +
-                                 std::to_string(INT32_MAX));
-        if (layout.strides[i] < 0 || layout.strides[i] > INT32_MAX)
-            return Status::error("attngen: " + arg + " has stride " +
-                                 std::to_string(layout.strides[i]) + " in dimension " +
-                                 std::to_string(i) + "; strides must be in 0.." +
-                                 std::to_string(INT32_MAX));
-    }
+    for (int i = 0; i < rank; i++)
+        if (Status status =
+                internal::check_dimension("attngen: " + arg, layout, i, dims[i].meaning);
+            !status)
+            return status;
     if (layout.strides[rank - 1] != 1 && layout.shape[rank - 1] > 1)
         return Status::error("attngen: " + arg + " must have innermost stride 1, got " +
                              std::to_string(layout.strides[rank - 1]));
@@ -287,21 +271,7 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
     if (!is_output)
         return Status();
     // Writing through overlapping elements would race: require distinct addresses.
-    std::vector<int> order;
-    for (int i = 0; i < rank; i++)
-        if (layout.shape[i] > 1)
-            order.push_back(i);
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return layout.strides[a] < layout.strides[b]; });
-    int64_t needed = 1;
-    for (int i : order) {
-        if (layout.strides[i] < needed)
-            return Status::error("attngen: " + arg + " has overlapping elements: stride " +
-                                 std::to_string(layout.strides[i]) + " in dimension " +
-                                 std::to_string(i) + " must be at least " + std::to_string(needed));
-        needed = layout.strides[i] * layout.shape[i];
-    }
-    return Status();
+    return internal::check_distinct_elements("attngen: " + arg, layout);
 }
 
 /**
@@ -324,7 +294,7 @@ Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallS
                 "` is device memory; a cached layer reads its lengths on the host");
     const Span k_span = span_of(args.k_cache, args.k_cache.data);
     const Span v_span = span_of(args.v_cache, args.v_cache.data);
-    if (k_span.first <= v_span.last && v_span.first <= k_span.last)
+    if (overlapping(k_span, v_span))
         return Status::error("attngen: `v_cache` overlaps `k_cache`; the call appends to both, so "
                              "they must not share memory");
 
@@ -455,6 +425,39 @@ Status check_finite(const char *name, const Layout &layout, const void *data,
 
 namespace internal {
 
+Status check_dimension(const std::string &subject, const Layout &layout, int i,
+                       const char *meaning) {
+    if (layout.shape[i] < 1 || layout.shape[i] > INT32_MAX)
+        return Status::error(subject + " has " +
+                             (meaning ? std::string(meaning) + " " : std::string("size ")) +
+                             std::to_string(layout.shape[i]) +
+                             (meaning ? "" : " in dimension " + std::to_string(i)) +
+                             "; it must be in 1.." + std::to_string(INT32_MAX));
+    if (layout.strides[i] < 0 || layout.strides[i] > INT32_MAX)
+        return Status::error(subject + " has stride " + std::to_string(layout.strides[i]) +
+                             " in dimension " + std::to_string(i) + "; strides must be in 0.." +
+                             std::to_string(INT32_MAX));
+    return Status();
+}
+
+Status check_distinct_elements(const std::string &subject, const Layout &layout) {
+    std::vector<int> order;
+    for (int i = 0; i < layout.rank; i++)
+        if (layout.shape[i] > 1)
+            order.push_back(i);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return layout.strides[a] < layout.strides[b]; });
+    int64_t needed = 1;
+    for (int i : order) {
+        if (layout.strides[i] < needed)
+            return Status::error(subject + " has overlapping elements: stride " +
+                                 std::to_string(layout.strides[i]) + " in dimension " +
+                                 std::to_string(i) + " must be at least " + std::to_string(needed));
+        needed = layout.strides[i] * layout.shape[i];
+    }
+    return Status();
+}
+
 Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape) {
     const LayerInfo &info = layer.info;
     if (layer.variants == nullptr || layer.variant_count < 1 || layer.metadata == nullptr ||
@@ -559,8 +562,7 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
             continue;
         Span in_span = span_of(*rule.layout, rule.data);
         const bool overlaps =
-            rule.on_device ? rule.data == args.out.data
-                           : in_span.first <= out_span.last && out_span.first <= in_span.last;
+            rule.on_device ? rule.data == args.out.data : overlapping(in_span, out_span);
         if (overlaps)
             return Status::error("attngen: `out` overlaps " + quoted(rule.name) +
                                  "; the output must not share memory with an input");

@@ -223,6 +223,31 @@ Status run(const Layer &layer, const Arguments &args);
 /** Checks `args` against `layer` without running it: the checks run() makes first. */
 Status validate(const Layer &layer, const Arguments &args);
 
+/**
+ * One partial attention result over a subset of the keys: `out`, the attention of each query
+ * row over that subset, and `lse`, the natural-log sum of the row's exponentiated scores
+ * (log-sum-exp; -inf where the row saw no key). `out` is (..., D) of f32, f16 or bf16; `lse` is
+ * f32, out's shape without its last dimension: (B, H, Lq, D) and (B, H, Lq), say.
+ */
+struct AttentionPart {
+    Tensor out;
+    Tensor lse;
+};
+
+/**
+ * Merges partial results over disjoint sets of keys into the attention over their union,
+ * exactly: with L = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - L) out_i and lse = L, in
+ * double precision, rounded once to out's dtype. A part whose lse is -inf adds nothing; a row
+ * that no part saw is 0 with lse -inf. An lse that is NaN or +inf makes the row's outputs and
+ * its lse NaN; a NaN in a part's out makes that element NaN. Host memory only. `out` and `lse`
+ * may be exactly one part's tensors (the same data and layout: merging in place), and must not
+ * otherwise overlap any part or each other. Every part's tensors must have `out`'s and `lse`'s
+ * shapes and dtypes; on any problem nothing is written and the Status names the part, the
+ * argument, the expected and the actual value.
+ */
+Status merge_attention(const std::vector<AttentionPart> &parts, const MutableTensor &out,
+                       const MutableTensor &lse);
+
 /** Worker threads for all layers (Halide's thread pool); 0 = one per core (1..1024 else). */
 Status set_num_threads(int threads);
 
