@@ -110,13 +110,14 @@ struct Options {
     bool cache = true;
     bool fused_peers = true;
     std::string peers_dir = ATTNGEN_BENCH_PEERS_DIR; ///< made by bench/peers/setup.sh
+    attngen::CpuVariant cpu_variant = attngen::CpuVariant::automatic; ///< --cpu-variant
 };
 
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
                "                       [--min-ms N] [--no-prefill] [--no-decode] [--no-cache]\n"
                "                       [--no-mha] [--no-rope] [--no-memory]\n"
-               "                       [--peers DIR] [--no-peers] [--help]\n"
+               "                       [--peers DIR] [--no-peers] [--cpu-variant V] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them), and cap\n"
                "               the cached decode rows' cache lengths at L\n"
@@ -136,7 +137,11 @@ void print_usage() {
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n"
                "  --peers DIR  where bench/peers/setup.sh put the fused peers, PyTorch and ggml\n"
                "               (default {}); a peer that is absent gets \"-\" columns\n"
-               "  --no-peers   do not start the fused peers\n",
+               "  --no-peers   do not start the fused peers\n"
+               "  --cpu-variant V\n"
+               "               run attngen's V variant: automatic (the default: the best the CPU\n"
+               "               has), avx512, avx2 or baseline; the FMA probe then measures the\n"
+               "               peak of that variant's vectors (the peers choose their own)\n",
                longest, Options().reference_max_len, slow_run_ms / 1000, max_runs,
                Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len,
                Options().peers_dir);
@@ -177,7 +182,8 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
             continue;
         }
         if (option != "--threads" && option != "--max-len" && option != "--ref-max-len" &&
-            option != "--runs" && option != "--min-ms" && option != "--peers") {
+            option != "--runs" && option != "--min-ms" && option != "--peers" &&
+            option != "--cpu-variant") {
             fmt::print(stderr, "bench_attention: unknown option '{}' (see --help)\n", option);
             return std::nullopt;
         }
@@ -188,6 +194,24 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
         const std::string text = argv[++i];
         if (option == "--peers") {
             options.peers_dir = text;
+            continue;
+        }
+        if (option == "--cpu-variant") {
+            bool known = false;
+            for (attngen::CpuVariant variant :
+                 {attngen::CpuVariant::automatic, attngen::CpuVariant::avx512,
+                  attngen::CpuVariant::avx2, attngen::CpuVariant::baseline})
+                if (text == attngen::cpu_variant_name(variant)) {
+                    options.cpu_variant = variant;
+                    known = true;
+                }
+            if (!known) {
+                fmt::print(stderr,
+                           "bench_attention: --cpu-variant must be automatic, avx512, avx2 or "
+                           "baseline, got '{}'\n",
+                           text);
+                return std::nullopt;
+            }
             continue;
         }
         std::optional<int64_t> value;
@@ -1274,10 +1298,11 @@ std::string bandwidth_share(double gbps, double probe_gbps) {
  */
 class PeakLog {
   public:
-    explicit PeakLog(int threads) : threads_(threads) {}
+    /** `avx512`: whether the variant attngen runs may use AVX-512 (--cpu-variant). */
+    PeakLog(int threads, bool avx512) : threads_(threads), avx512_(avx512) {}
 
     void probe(const std::string &when) {
-        const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(threads_);
+        const attngen_bench::FmaPeak peak = attngen_bench::measure_fma_peak(threads_, avx512_);
         kind_ = peak.kind;
         lanes_ = peak.lanes;
         probes_.emplace_back(when, peak.gflops);
@@ -1334,6 +1359,7 @@ class PeakLog {
     double bound() const { return clock_ghz_ * 2 * lanes_ * 2 * threads_; }
 
     int threads_;
+    bool avx512_;
     std::string kind_;
     int lanes_ = 0;
     double clock_ghz_ = 0;
@@ -1369,6 +1395,10 @@ int main(int argc, char **argv) {
         fmt::print(stderr, "bench_attention: {}\n", status.message());
         return 1;
     }
+    if (attngen::Status status = attngen::force_cpu_variant(options.cpu_variant); !status) {
+        fmt::print(stderr, "bench_attention: --cpu-variant: {}\n", status.message());
+        return 1;
+    }
     // The peers run --threads threads of their own, each calling single-threaded sgemms.
     openblas_set_num_threads(1);
 
@@ -1394,7 +1424,8 @@ int main(int argc, char **argv) {
                        peer.missing.empty() ? peer.description : peer.missing);
         }
     }
-    PeakLog peaks(options.threads);
+    PeakLog peaks(options.threads, options.cpu_variant == attngen::CpuVariant::automatic ||
+                                       options.cpu_variant == attngen::CpuVariant::avx512);
     peaks.probe("start");
     const double bandwidth = attngen_bench::measure_read_bandwidth(options.threads);
     fmt::print("measured on this machine, {} threads: f32 FMA peak {:.1f} GFLOP/s ({}; probed "

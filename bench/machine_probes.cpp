@@ -109,11 +109,12 @@ template <typename Work> double timed_on_threads(int threads, const Work &work) 
 
 } // namespace
 
-FmaPeak measure_fma_peak(int threads) {
+FmaPeak measure_fma_peak(int threads, bool avx512) {
     FmaPeak peak;
     void (*loop)(long) = nullptr;
+    static_cast<void>(avx512); // x86 only
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) {
+    if (avx512 && __builtin_cpu_supports("avx512f")) {
         loop = fma_loop_avx512;
         peak.lanes = 16;
         peak.kind = "avx512";

@@ -16,9 +16,10 @@ struct FmaPeak {
 
 /**
  * The f32 FMA throughput with `threads` threads, each running a loop of 12 independent FMA
- * chains written in assembly (AVX-512 where the CPU has it, else AVX2): best of five trials.
+ * chains written in assembly (AVX-512 where the CPU has it and `avx512` allows it, else AVX2):
+ * best of five trials.
  */
-FmaPeak measure_fma_peak(int threads);
+FmaPeak measure_fma_peak(int threads, bool avx512 = true);
 
 /**
  * The core clock in GHz with `threads` threads busy: a chain of dependent integer adds (one per
