@@ -61,6 +61,12 @@ Status check_dimension(const std::string &subject, const Layout &layout, int i,
  */
 Status check_distinct_elements(const std::string &subject, const Layout &layout);
 
+/**
+ * Element `offset` (in elements) of a host tensor of a float dtype (f32, f16, bf16), exactly,
+ * widened to double (merge.cpp).
+ */
+double load_float(const void *data, DType dtype, int64_t offset);
+
 /** What validation learns of a call's sizes, for run(). */
 struct CallShape {
     int64_t batch = 0, query_len = 0;

@@ -80,13 +80,6 @@ uint16_t encode_half(double value, const HalfFormat &format) {
                                  mantissa);
 }
 
-/** Element `offset` (in elements) of a host tensor of a float dtype, widened to double. */
-double load(const void *data, DType dtype, int64_t offset) {
-    if (dtype == DType::f32)
-        return static_cast<const float *>(data)[offset];
-    return decode_half(static_cast<const uint16_t *>(data)[offset], format_of(dtype));
-}
-
 /** Stores `value` into element `offset` of a host tensor of a float dtype, rounded once. */
 void store(void *data, DType dtype, int64_t offset, double value) {
     if (dtype == DType::f32)
@@ -236,7 +229,7 @@ Status check_merge(const std::vector<AttentionPart> &parts, const Operand &out,
     return Status();
 }
 
-/** Element offsets of one row (all dimensions of lse) in a tensor of rank `rank`. */
+/** The element offset of one row (an index over all of lse's dimensions) in `layout`. */
 int64_t row_offset(const Layout &layout, const int64_t *index, int rows_rank) {
     int64_t offset = 0;
     for (int i = 0; i < rows_rank; i++)
@@ -259,7 +252,8 @@ void merge_row(const std::vector<AttentionPart> &parts, const MutableTensor &out
     bool poisoned = false;
     for (size_t i = 0; i < parts.size(); i++) {
         const Tensor &part = parts[i].lse;
-        weights[i] = load(part.data, DType::f32, row_offset(part, index, rows_rank));
+        weights[i] =
+            internal::load_float(part.data, DType::f32, row_offset(part, index, rows_rank));
         poisoned = poisoned || std::isnan(weights[i]) || weights[i] == infinity;
         top = std::max(top, weights[i]);
     }
@@ -273,9 +267,10 @@ void merge_row(const std::vector<AttentionPart> &parts, const MutableTensor &out
         double sum = -0.0; // so that a single part's -0 stays -0
         for (size_t i = 0; i < parts.size() && !poisoned; i++)
             if (weights[i] >= 0.0)
-                sum += weights[i] * load(parts[i].out.data, parts[i].out.dtype,
-                                         row_offset(parts[i].out, index, rows_rank) +
-                                             d * parts[i].out.strides[rows_rank]);
+                sum +=
+                    weights[i] * internal::load_float(parts[i].out.data, parts[i].out.dtype,
+                                                      row_offset(parts[i].out, index, rows_rank) +
+                                                          d * parts[i].out.strides[rows_rank]);
         const double value = poisoned ? nan : top == -infinity ? 0.0 : sum / total;
         store(out.data, out.dtype, out_row + d * out.strides[rows_rank], value);
     }
@@ -284,6 +279,16 @@ void merge_row(const std::vector<AttentionPart> &parts, const MutableTensor &out
 }
 
 } // namespace
+
+namespace internal {
+
+double load_float(const void *data, DType dtype, int64_t offset) {
+    if (dtype == DType::f32)
+        return static_cast<const float *>(data)[offset];
+    return decode_half(static_cast<const uint16_t *>(data)[offset], format_of(dtype));
+}
+
+} // namespace internal
 
 Status merge_attention(const std::vector<AttentionPart> &parts, const MutableTensor &out,
                        const MutableTensor &lse) {

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -368,26 +367,6 @@ Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallS
 
 std::atomic<bool> finite_check_enabled{false};
 
-/** Element `index` (in elements) of a host tensor of a float dtype, widened to double. */
-double float_element(const void *data, DType dtype, int64_t index) {
-    if (dtype == DType::f32)
-        return static_cast<const float *>(data)[index];
-    const uint16_t bits = static_cast<const uint16_t *>(data)[index];
-    if (dtype == DType::bf16) {
-        const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-        float value = 0.0f;
-        std::memcpy(&value, &wide, sizeof value);
-        return value;
-    }
-    // f16: only the class matters here (NaN, an infinity or finite).
-    if ((bits & 0x7c00u) != 0x7c00u)
-        return 0.0;
-    if ((bits & 0x03ffu) != 0)
-        return std::numeric_limits<double>::quiet_NaN();
-    return (bits & 0x8000u) ? -std::numeric_limits<double>::infinity()
-                            : std::numeric_limits<double>::infinity();
-}
-
 /**
  * The finite check of one host input (set_finite_check): the first element, in row-major order,
  * that is NaN or an infinity (-inf allowed where it masks), as an error naming it.
@@ -402,7 +381,7 @@ Status check_finite(const char *name, const Layout &layout, const void *data,
         int64_t offset = 0;
         for (int i = 0; i < layout.rank; i++)
             offset += index[i] * layout.strides[i];
-        const double value = float_element(data, layout.dtype, offset);
+        const double value = internal::load_float(data, layout.dtype, offset);
         const bool bad =
             std::isnan(value) || (std::isinf(value) && !(negative_infinity_masks && value < 0.0));
         if (bad) {
