@@ -58,6 +58,10 @@ function(attngen_add_layer name)
     if (ATTNGEN_TUNED_DIR) # GenGen refuses an empty value
         set(tuned_param "tuned=${ATTNGEN_TUNED_DIR}" "tuned_digest=${_attngen_tuned_digest}")
     endif ()
+    # The generator takes the field sinks as with_sinks (Halide 21 refuses a generator parameter
+    # named like one of the generator's inputs).
+    set(generator_params ${ARG_PARAMS})
+    list(TRANSFORM generator_params REPLACE "^sinks=" "with_sinks=")
     if (NOT ARG_SCHEDULE)
         set(ARG_SCHEDULE auto)
     endif ()
@@ -71,7 +75,7 @@ function(attngen_add_layer name)
                        TARGETS ${ARG_TARGETS}
                        FEATURES user_context
                        USE_RUNTIME attngen_runtime
-                       PARAMS ${ARG_PARAMS} schedule=${ARG_SCHEDULE}
+                       PARAMS ${generator_params} schedule=${ARG_SCHEDULE}
                               ${tuned_param} shape_class=${ARG_SHAPE_CLASS})
 
     # The header binds each target's function, named as add_halide_library names it.

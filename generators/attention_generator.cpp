@@ -4,6 +4,7 @@
 // runtime matches arguments by.
 #include "dsl/attention_algorithm.h"
 #include "dsl/attention_spec.h"
+#include "dsl/halide_compat.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
 #include "generators/layer_source.h"
@@ -66,7 +67,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<std::string> projections{"projections", "none"};
     GeneratorParam<bool> bias{"bias", false};
     GeneratorParam<bool> cross{"cross", false};
-    GeneratorParam<bool> sinks{"sinks", false};
+    /** The field `sinks`: Halide 21 refuses a generator parameter named like an input. */
+    GeneratorParam<bool> sinks{"with_sinks", false};
     GeneratorParam<std::string> mask{"mask", "none"};
     GeneratorParam<std::string> rope{"rope", "none"};
     GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
@@ -90,6 +92,12 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<std::string> shape_class{"shape_class", "prefill"};
     /** Unused by generation: a digest of the tuned tables, so the build regenerates on change. */
     GeneratorParam<std::string> tuned_digest{"tuned_digest", ""};
+    /**
+     * With one of Halide's autoschedulers instead of attngen's schedules (GenGen's
+     * `autoscheduler=NAME`, as `attngen tune` runs its baselines): the call "B,Lq,Lk" it
+     * schedules for, every argument's extents following from it.
+     */
+    GeneratorParam<std::string> estimates{"estimates", ""};
 
     void configure() {
         static QuietWarnings warnings;
@@ -183,14 +191,21 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                             get_target().to_string().c_str(), said.c_str());
             schedule_params_ = lookup.params;
         }
-        stages_ = build_attention(
-            spec_, in, *outputs_.at("out").first,
-            algorithm_options(spec_, get_target(), schedule_name, schedule_params_, shape_class));
+        // An autoscheduler gets the algorithm's plain form, as the tuner's JIT baselines do.
+        const AlgorithmOptions options = ATTNGEN_GENERATOR_AUTOSCHEDULED()
+                                             ? AlgorithmOptions{}
+                                             : algorithm_options(spec_, get_target(), schedule_name,
+                                                                 schedule_params_, shape_class);
+        stages_ = build_attention(spec_, in, *outputs_.at("out").first, options);
         for (auto &entry : outputs_)
             constrain_argument(*entry.second.first, entry.second.second);
+        if (ATTNGEN_GENERATOR_AUTOSCHEDULED())
+            set_estimates();
     }
 
     void schedule() {
+        if (ATTNGEN_GENERATOR_AUTOSCHEDULED())
+            return;
         std::string problem =
             apply_schedule(stages_, get_target(), schedule_name, schedule_params_, shape_class);
         if (!problem.empty())
@@ -198,6 +213,38 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     }
 
   private:
+    /** The autoscheduler's estimates: every buffer's extents at the `estimates` call, and 1 for
+     *  each scalar. */
+    void set_estimates() {
+        int shape[3] = {0, 0, 0};
+        char end = 0;
+        if (std::sscanf(std::string(estimates).c_str(), "%d,%d,%d%c", &shape[0], &shape[1],
+                        &shape[2], &end) != 3 ||
+            shape[0] < 1 || shape[1] < 1 || shape[2] < 1)
+            fail("an autoscheduler needs estimates=B,Lq,Lk (each at least 1), got '" +
+                 std::string(estimates) + "'");
+        auto region = [&](const std::vector<TensorDim> &dims) {
+            Halide::Region r;
+            for (const TensorDim &dim : dims) {
+                int extent = dim.extent;
+                if (dim.symbol == TensorDim::Symbol::batch)
+                    extent = shape[0];
+                else if (dim.symbol == TensorDim::Symbol::queries)
+                    extent = shape[1];
+                else if (dim.symbol == TensorDim::Symbol::keys)
+                    extent = shape[2];
+                r.emplace_back(0, extent);
+            }
+            return r;
+        };
+        for (auto &entry : inputs_)
+            entry.second.first->set_estimates(region(entry.second.second));
+        for (auto &entry : outputs_)
+            entry.second.first->set_estimates(region(entry.second.second));
+        for (auto &entry : scalars_)
+            entry.second->set_estimate(Halide::cast(entry.second->type(), 1));
+    }
+
     /** Stops generation with a message; Halide reports it and the build step fails. */
     [[noreturn]] static void fail(const std::string &message) {
         throw Halide::CompileError("attngen: " + message);

@@ -10,10 +10,14 @@ rm -rf "$work" && mkdir -p "$work"
 failures=0 checks=0
 
 # The lines of the basic block whose LLVM name starts with `for <stage>` (Halide names loop
-# blocks after their loop variable), up to the next block.
+# blocks after their loop variable: Halide 14 `for scores$1...`, Halide 21 `10_for_scores$1...`),
+# up to the next block.
 loop_body() { # loop_body FILE PATTERN
     awk -v pattern="$2" '
-        $0 ~ /^(\.LBB|\/\/ %bb)/ { inside = index($0, pattern) > 0 && $0 !~ /preheader/; next }
+        $0 ~ /^(\.LBB|\/\/ %bb)/ {
+            name = $0; gsub(/[0-9]+_for_/, "for ", name)
+            inside = index(name, pattern) > 0 && name !~ /preheader/; next
+        }
         inside { print }' "$1"
 }
 

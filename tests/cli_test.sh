@@ -5,6 +5,8 @@
 set -u
 attngen=$1 source=$2 work=$3
 failures=0 checks=0
+# The Halide attngen was built with (`attngen --version`: "attngen 0.1.0 (Halide 21.0.0)").
+halide_major=$("$attngen" --version | sed -n 's/.*(Halide \([0-9]*\)\..*/\1/p')
 
 expect() { # expect STATUS DESCRIPTION COMMAND...
     local want=$1 what=$2
@@ -278,19 +280,40 @@ if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
     expect 0 "tune the GPU schedule on OpenCL" "$attngen" tune "$spec" --layer alibi \
         --shapes 1,40 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --space 'query_tile=8/16;step_keys=16' --log "$work/cl.jsonl" --work "$work/cl-work" \
-        --plot "$work/cl.svg"
+        --plot "$work/cl.svg" --baselines none
     checked_out "$work/cl.jsonl" "OpenCL candidates check out"
     contains "$work/out.txt" "query_tile=" "a GPU target searches the GPU space"
     expect 0 "a score_mod with a run-time scalar on the GPU schedule" "$attngen" tune "$spec" \
         --layer softcap --shapes 1,33 --target x86-64-linux-opencl --trials 2 --runs 5 \
-        --scalar cap=0.75 --log "$work/cl-softcap.jsonl" --work "$work/cl-softcap-work"
+        --scalar cap=0.75 --log "$work/cl-softcap.jsonl" --work "$work/cl-softcap-work" \
+        --baselines none
     checked_out "$work/cl-softcap.jsonl" "the soft-capped GPU layer checks out"
     expect 0 "tune the GPU split-KV chunk on decode shapes" "$attngen" tune "$spec" \
         --layer alibi --shapes 1,2,70 --target x86-64-linux-opencl --trials 2 --runs 5 \
         --space 'query_tile=16;step_keys=16;split_chunk=64/128' --log "$work/cl-decode.jsonl" \
-        --work "$work/cl-decode-work" --plot "$work/cl-decode.svg"
+        --work "$work/cl-decode-work" --plot "$work/cl-decode.svg" --baselines none
     checked_out "$work/cl-decode.jsonl" "split-KV GPU candidates check out"
     contains "$work/out.txt" "split_chunk=" "decode shapes search the GPU split_chunk"
+    if [ "$halide_major" -ge 21 ]; then
+        expect 0 "Halide's GPU autoscheduler as a baseline on OpenCL" "$attngen" tune "$spec" \
+            --layer alibi --shapes 1,40 --target x86-64-linux-opencl --trials 1 --runs 5 \
+            --space 'query_tile=16;step_keys=16' --baselines Anderson2021 \
+            --log "$work/cl-anderson.jsonl" --work "$work/cl-anderson-work"
+        contains "$work/cl-anderson.jsonl" '"scheduler":"Anderson2021"' \
+            "the GPU autoscheduler's baseline is logged"
+        checks=$((checks + 1))
+        grep '"scheduler":"Anderson2021"' "$work/cl-anderson.jsonl" | grep -q '"status":"ok"' || {
+            failures=$((failures + 1))
+            echo "FAILED: the Anderson2021 baseline did not check out"
+            grep '"scheduler":"Anderson2021"' "$work/cl-anderson.jsonl" | head -3
+        }
+    fi
+fi
+if [ "$halide_major" -lt 21 ]; then
+    expect 1 "Halide 14 has no GPU autoscheduler" "$attngen" tune "$spec" --layer alibi \
+        --shapes 1,40 --target x86-64-linux-opencl --trials 1 --baselines Anderson2021
+    contains "$work/err.txt" "Anderson2021, with Halide 21 (attngen was built with Halide 14" \
+        "the refusal names the Halide it needs"
 fi
 expect 1 "a GPU step_keys that is not a power of two" "$attngen" compile "$spec" \
     --target x86-64-linux-opencl --layers alibi --schedule-params step_keys=24 -o "$work/lib_cl"

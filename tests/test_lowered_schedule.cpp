@@ -14,6 +14,7 @@
 //   48 KiB a CUDA block may use, and stage, score and fold no step past a tile's last key; the
 //   scores of a step keep every lane of the warp busy, decode's one query row included.
 #include "dsl/attention_algorithm.h"
+#include "dsl/halide_compat.h"
 #include "dsl/layer_interface.h"
 #include "generators/bind_inputs.h"
 #include "schedules/schedule.h"
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -31,6 +33,80 @@ namespace {
 
 using namespace Halide::Internal;
 using Halide::Expr;
+
+/**
+ * An IRVisitor that knows the values of the LetStmts around it, so that a condition or a loop
+ * extent can be read whole: Halide 21 lifts them into lets (t123, weighted_sum.loaded) where
+ * Halide 14 left them in place. The buffers' fields (key.extent.1) stay as they are.
+ */
+class LetsInScope : public IRVisitor {
+  protected:
+    using IRVisitor::visit;
+    std::map<std::string, Expr> lets_;
+
+    void visit(const LetStmt *op) override {
+        const auto *call = op->value.as<Call>();
+        if (call != nullptr && call->name.rfind("_halide_buffer_get", 0) == 0) {
+            IRVisitor::visit(op);
+            return;
+        }
+        const auto outer = lets_.find(op->name);
+        const std::optional<Expr> shadowed =
+            outer == lets_.end() ? std::nullopt : std::optional<Expr>(outer->second);
+        lets_[op->name] = op->value;
+        IRVisitor::visit(op);
+        if (shadowed)
+            lets_[op->name] = *shadowed;
+        else
+            lets_.erase(op->name);
+    }
+
+    Expr resolved(const Expr &e) const { return resolve(lets_, e); }
+
+  public:
+    /** `e` with `lets` substituted, transitively, and simplified. */
+    static Expr resolve(const std::map<std::string, Expr> &lets, Expr e) {
+        for (int depth = 0; depth < 16; depth++) {
+            Expr next = substitute(lets, e);
+            if (equal(next, e))
+                break;
+            e = next;
+        }
+        return simplify(e);
+    }
+};
+
+/**
+ * Counts the stores into Funcs whose name starts with `prefix` that can run where `assumed`
+ * holds: a branch whose condition (read with `lets`, those of the function that launched the
+ * code) contradicts it is skipped. Halide 21 computes a Func used on one side of a specialization
+ * under a flag (weighted_sum$1.loaded) that parallel tasks read from their closure.
+ */
+class StoresUnder : public IRVisitor {
+  public:
+    StoresUnder(std::string prefix, Expr assumed, std::map<std::string, Expr> lets)
+        : prefix_(std::move(prefix)), assumed_(std::move(assumed)), lets_(std::move(lets)) {}
+    int count = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string prefix_;
+    Expr assumed_;
+    std::map<std::string, Expr> lets_;
+
+    void visit(const Store *op) override {
+        count += op->name.rfind(prefix_, 0) == 0;
+        IRVisitor::visit(op);
+    }
+
+    void visit(const IfThenElse *op) override {
+        const Expr condition = LetsInScope::resolve(lets_, op->condition);
+        if (!can_prove(!assumed_ || !condition))
+            op->then_case.accept(this);
+        if (op->else_case.defined() && !can_prove(!assumed_ || condition))
+            op->else_case.accept(this);
+    }
+};
 
 /**
  * Counts the stores into the masked scores, by whether their value tests the mask: a select, or
@@ -205,12 +281,12 @@ class StepsInsideTheirTest : public IRVisitor {
             loops++;
             // The outermost test in the body that names the step must hold every production of
             // the body.
-            struct OutermostTest : public IRVisitor {
+            struct OutermostTest : public LetsInScope {
                 std::string var;
                 const IfThenElse *found = nullptr;
-                using IRVisitor::visit;
+                using LetsInScope::visit;
                 void visit(const IfThenElse *test) override {
-                    if (found == nullptr && expr_uses_var(test->condition, var))
+                    if (found == nullptr && expr_uses_var(resolved(test->condition), var))
                         found = test;
                     else if (found == nullptr)
                         IRVisitor::visit(test);
@@ -292,13 +368,13 @@ class LoopsNamed : public IRVisitor {
  * Finds the stores into the scores made inside a loop over the flash chunks (partials' j) and,
  * within it, a loop over query heads (partials' h), and records that loop's extent.
  */
-class ChunkThenHeads : public IRVisitor {
+class ChunkThenHeads : public LetsInScope {
   public:
     int stores_inside = 0;
     std::vector<int> head_extents;
 
   private:
-    using IRVisitor::visit;
+    using LetsInScope::visit;
     bool in_chunk = false, in_heads = false;
 
     static bool is_loop(const For *op, const std::string &var) {
@@ -309,7 +385,8 @@ class ChunkThenHeads : public IRVisitor {
     void visit(const For *op) override {
         const bool chunk = is_loop(op, "j"), heads = in_chunk && is_loop(op, "h");
         if (heads) {
-            const auto *extent = op->extent.as<IntImm>();
+            const Expr extent_expr = resolved(op->extent);
+            const auto *extent = extent_expr.as<IntImm>();
             head_extents.push_back(extent ? static_cast<int>(extent->value) : -1);
         }
         const bool was_chunk = in_chunk, was_heads = in_heads;
@@ -372,7 +449,7 @@ class StoresInto : public IRVisitor {
  * between the forms, and counts, on each side, the stores into the masked scores and into the
  * flash form's partials: in the branch and in the parallel tasks it launches.
  */
-class FormBranches : public IRVisitor {
+class FormBranches : public LetsInScope {
   public:
     FormBranches(std::string condition, std::map<std::string, Stmt> functions)
         : condition_(std::move(condition)), functions_(std::move(functions)) {}
@@ -380,14 +457,14 @@ class FormBranches : public IRVisitor {
     int then_masked = 0, then_partials = 0, else_masked = 0, else_partials = 0;
 
   private:
-    using IRVisitor::visit;
+    using LetsInScope::visit;
     std::string condition_;
     std::map<std::string, Stmt> functions_;
 
-    int stores(const Stmt &stmt, const std::string &prefix) {
+    int stores(const Stmt &stmt, const std::string &prefix, const Expr &assumed) {
         if (!stmt.defined())
             return 0;
-        StoresInto counter(prefix);
+        StoresUnder counter(prefix, assumed, lets_);
         stmt.accept(&counter);
         ParallelTasks tasks;
         stmt.accept(&tasks);
@@ -399,11 +476,13 @@ class FormBranches : public IRVisitor {
 
     void visit(const IfThenElse *op) override {
         std::ostringstream printed;
-        printed << op->condition;
+        const Expr condition = resolved(op->condition);
+        printed << condition;
         if (printed.str() == condition_) {
-            const int counts[] = {
-                stores(op->then_case, "masked"), stores(op->then_case, "partials"),
-                stores(op->else_case, "masked"), stores(op->else_case, "partials")};
+            const int counts[] = {stores(op->then_case, "masked", condition),
+                                  stores(op->then_case, "partials", condition),
+                                  stores(op->else_case, "masked", !condition),
+                                  stores(op->else_case, "partials", !condition)};
             // A branch around something else, such as one form's copy of V, is not counted.
             if (counts[0] + counts[1] + counts[2] + counts[3] > 0) {
                 branches++;
@@ -486,7 +565,10 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
                 body.accept(&nest);
             CHECK(nest.stores_inside > 0);
             const int group = std::stoi(heads) / std::stoi(kv_heads);
-            CHECK(nest.head_extents == std::vector<int>{group});
+            // Halide 21 may keep a second copy of the chunk's body (the last, partial chunk).
+            REQUIRE(!nest.head_extents.empty());
+            for (int extent : nest.head_extents)
+                CHECK(extent == group);
         }
     }
 }
@@ -748,8 +830,8 @@ TEST_CASE("the GPU schedule's shared memory stays within the bound attngen check
             int64_t largest = 0;
             for (const Expr &bytes : launches.bytes) {
                 INFO("length " << length << ": " << bytes);
-                const int64_t *value = as_const_int(bytes);
-                REQUIRE(value != nullptr);
+                const std::optional<int64_t> value = attngen::halide_compat::constant_int(bytes);
+                REQUIRE(value.has_value());
                 CHECK(*value <= bound);
                 largest = std::max(largest, *value);
             }

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "targets.h"
 
+#include "dsl/halide_compat.h"
 #include "dsl/layer_interface.h"
 #include "schedules/tuned_params.h"
 
@@ -122,9 +123,16 @@ AotBench::AotBench(LayerProblem problem, AotSetup setup, int input_sets, uint32_
 
 Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &params, int runs,
                               double slow_ms) {
-    if (scheduler != "attngen")
+    // Ahead of time, the one autoscheduler baseline is Halide's GPU autoscheduler, on GPU
+    // targets (command_tune.cpp offers nothing else); the CPU ones are measured JIT.
+    const bool autoscheduled = scheduler != "attngen";
+    if (autoscheduled && scheduler != halide_compat::gpu_autoscheduler)
         return {
-            "compile_error", "autoscheduler baselines are measured on JIT targets only", -1, {}};
+            "compile_error",
+            "ahead of time, the only autoscheduler baseline is Halide 21's Anderson2021, on GPU "
+            "targets",
+            -1,
+            {}};
     const fs::path work = setup_.work_dir, data = work / "data";
     const fs::path dir = work / ("candidate-" + std::to_string(++candidates_));
     std::error_code error;
@@ -147,6 +155,12 @@ Measurement AotBench::measure(const std::string &scheduler, const ParamPoint &pa
                                       "shape_class=" + shape_class(problem_.shape.queries)};
     if (!schedule_params.empty())
         words.push_back(schedule_params_word(schedule_params));
+    if (autoscheduled) {
+        const ProblemShape &shape = problem_.shape;
+        words.insert(words.end(),
+                     {"-p", autoscheduler_plugin(scheduler), "autoscheduler=" + scheduler,
+                      fmt::format("estimates={},{},{}", shape.batch, shape.queries, shape.keys)});
+    }
     std::string errors;
     try {
         if (run_attention_generator(words, errors) != 0)

@@ -1,12 +1,18 @@
 // Argument parsing shared by the attngen commands.
 #include "cli.h"
+#include "dsl/halide_compat.h"
 
 #include "Halide.h"
 #include "scratch_pool.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <sstream>
+
+#ifndef ATTNGEN_AUTOSCHEDULER_DIR
+#define ATTNGEN_AUTOSCHEDULER_DIR ""
+#endif
 
 namespace attngen::cli {
 
@@ -24,11 +30,14 @@ int run_attention_generator(std::vector<std::string> words, std::string &errors)
     for (std::string &word : words)
         argv.push_back(word.data());
     argv.push_back(nullptr);
-    std::ostringstream stream;
-    const int status =
-        Halide::Internal::generate_filter_main(static_cast<int>(words.size()), argv.data(), stream);
-    errors = stream.str();
-    return status;
+    return halide_compat::generate_filter_main(static_cast<int>(words.size()), argv.data(), errors);
+}
+
+std::string autoscheduler_plugin(const std::string &name) {
+    std::string file = name;
+    std::transform(file.begin(), file.end(), file.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return std::string(ATTNGEN_AUTOSCHEDULER_DIR) + "/libautoschedule_" + file + ".so";
 }
 
 std::string schedule_params_word(std::string params) {

@@ -39,6 +39,10 @@ Arguments parse(int argc, char **argv, int first, const std::set<std::string> &v
 /** A decimal integer in [low, high], or nothing if `text` is not one. */
 std::optional<long> parse_integer(const std::string &text, long low, long high);
 
+/** The shared library of Halide's autoscheduler `name` (Adams2019, Anderson2021, ...), from the
+ *  Halide attngen was built with. */
+std::string autoscheduler_plugin(const std::string &name);
+
 /**
  * Runs the attention Generator (GenGen) in this process with `words` (its command line without
  * the program name). Returns its exit status; what it reports goes to `errors`.

@@ -45,7 +45,7 @@ void print_usage(std::FILE *stream) {
         stream,
         "usage: attngen tune FILE --shapes B,Lq[,Lk];... [--layer NAME] [--target host]\n"
         "                    [--trials N | --budget 10m] [--log FILE] [--seed S] [--shard i/n]\n"
-        "                    [--baselines all|none|Adams2019,Mullapudi2016,Li2018]\n"
+        "                    [--baselines all|none|Adams2019,Mullapudi2016,Li2018,Anderson2021]\n"
         "                    [--runs N] [--top N] [--threads N] [--timeout 120s]\n"
         "                    [--space name=a/b/c;...] [--plot FILE.svg] [--scalar NAME=V ...]\n"
         "                    [--aot] [--cc CC] [--runner CMD] [--work DIR]\n"
@@ -66,8 +66,10 @@ void print_usage(std::FILE *stream) {
         "--trials counts resumed trials; --budget (s, m or h) is the search time of this run,\n"
         "shared by the shapes. --shard i/n searches the i-th of n disjoint parts of the space\n"
         "(run n of them anywhere, then `tune merge` their logs and `tune export`).\n"
-        "Baselines get 5x --timeout; Adams2019 honours Halide's HL_BEAM_SIZE (1 = its greedy\n"
-        "mode, much faster).\n"
+        "Baselines: Halide's autoschedulers on the same pipeline, once per shape: Adams2019,\n"
+        "Mullapudi2016 and Li2018 on JIT-compiled targets, Anderson2021 on GPU targets (with\n"
+        "Halide 21); `all` (the default) is those the target offers. They get 5x --timeout;\n"
+        "Adams2019 honours Halide's HL_BEAM_SIZE (1 = its greedy mode, much faster).\n"
         "\n"
         "Targets this machine runs (host, or its x86 variants) are JIT-compiled. Others, and any\n"
         "with --aot, are generated ahead of time, linked with a small harness by --cc, and run\n"
@@ -469,14 +471,13 @@ int command_tune(int argc, char **argv) {
         options.shard_count = static_cast<int>(*count);
     }
     const std::string baselines = args.value("baselines", "all");
-    if (baselines == "all")
-        options.baselines = autoscheduler_names();
-    else if (baselines != "none")
+    if (baselines != "all" && baselines != "none")
         for (const std::string &name : split_list(baselines)) {
-            const std::vector<std::string> &known = autoscheduler_names();
+            const std::vector<std::string> known = {"Adams2019", "Mullapudi2016", "Li2018",
+                                                    "Anderson2021"};
             if (std::find(known.begin(), known.end(), name) == known.end())
                 return usage_error("--baselines takes all, none or a list of Adams2019, "
-                                   "Mullapudi2016, Li2018; got '" +
+                                   "Mullapudi2016, Li2018, Anderson2021; got '" +
                                    name + "'");
             options.baselines.push_back(name);
         }
@@ -508,13 +509,26 @@ int command_tune(int argc, char **argv) {
     aot.work_dir = args.value(
         "work",
         (fs::temp_directory_path() / ("attngen-tune-" + std::to_string(getpid()))).string());
-    if (!jit && args.value("baselines", "all") != "none") {
-        if (!args.value("baselines").empty())
-            return usage_error("--baselines: Halide's autoschedulers are measured on JIT "
-                               "targets only; " +
-                               aot.target + " is tuned ahead of time");
-        options.baselines.clear();
-    }
+    // The baselines this target offers: Halide's CPU autoschedulers where candidates are JIT
+    // compiled; its GPU autoscheduler (Halide 21) on GPU targets; nothing else ahead of time.
+    std::vector<std::string> offered;
+    if (jit)
+        offered = autoscheduler_names();
+    else if (target.has_gpu_feature() && *halide_compat::gpu_autoscheduler != '\0')
+        offered = {halide_compat::gpu_autoscheduler};
+    if (baselines == "all")
+        options.baselines = offered;
+    for (const std::string &name : options.baselines)
+        if (std::find(offered.begin(), offered.end(), name) == offered.end())
+            return usage_error(fmt::format(
+                "--baselines: {} is not offered for {} ({}); offered here: {}", name, aot.target,
+                jit ? "JIT-compiled: Halide's CPU autoschedulers"
+                : target.has_gpu_feature()
+                    ? "a GPU target: Anderson2021, with Halide 21 (attngen was built with "
+                      "Halide " ATTNGEN_HALIDE_VERSION ")"
+                    : "tuned ahead of time: none",
+                offered.empty() ? std::string("none")
+                                : fmt::format("{}", fmt::join(offered, ", "))));
     ParamSpace space;
     const bool decode = std::all_of(shapes.begin(), shapes.end(), [](const ProblemShape &s) {
         return shape_class(s.queries) == "decode";

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "dsl/attention_algorithm.h"
+#include "dsl/halide_compat.h"
 #include "generators/bind_inputs.h"
 #include "schedules/schedule.h"
 #include "schedules/tuned_params.h"
@@ -21,10 +22,6 @@
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef ATTNGEN_AUTOSCHEDULER_DIR
-#define ATTNGEN_AUTOSCHEDULER_DIR ""
-#endif
 
 namespace attngen::cli {
 
@@ -79,12 +76,6 @@ Measurement deserialize(const std::string &text) {
     return m;
 }
 
-std::string lower(std::string text) {
-    std::transform(text.begin(), text.end(), text.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return text;
-}
-
 } // namespace
 
 const std::vector<std::string> &autoscheduler_names() {
@@ -135,7 +126,7 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
                     region.emplace_back(0, input_sets_[0].at(entry.first).buffer.dim(i).extent());
                 entry.second.set_estimates(region);
             }
-            for (Halide::Internal::Parameter &parameter : problem_.scalar_params)
+            for (halide_compat::Parameter &parameter : problem_.scalar_params)
                 parameter.set_estimate(parameter.type().is_int()
                                            ? Halide::Expr(parameter.scalar<int32_t>())
                                            : Halide::Expr(parameter.scalar<float>()));
@@ -143,10 +134,9 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
             for (int extent : problem_.out_extents)
                 region.emplace_back(0, extent);
             out.set_estimates(region);
-            Halide::load_plugin(std::string(ATTNGEN_AUTOSCHEDULER_DIR) + "/libautoschedule_" +
-                                lower(scheduler) + ".so");
-            pipeline.auto_schedule(scheduler, target_,
-                                   Halide::MachineParams(threads_, last_level_cache_bytes(), 40));
+            Halide::load_plugin(autoscheduler_plugin(scheduler));
+            halide_compat::apply_autoscheduler(pipeline, scheduler, target_, threads_,
+                                               last_level_cache_bytes());
         }
         use_scratch_pool(pipeline.jit_handlers());
         pipeline.compile_jit(target_);

@@ -195,7 +195,7 @@ LayerProblem make_layer_problem(const AttentionSpec &spec, const ProblemShape &s
             problem.out_type = type;
             break;
         case EntryArgument::Kind::scalar: {
-            Halide::Internal::Parameter parameter(type, false, 0, entry.name);
+            halide_compat::Parameter parameter(type, false, 0, entry.name);
             const double value = scalars.at(entry.name);
             if (type.is_int())
                 parameter.set_scalar<int32_t>(static_cast<int32_t>(value));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dsl/attention_spec.h"
+#include "dsl/halide_compat.h"
 #include "generators/bind_inputs.h"
 #include "problem_shape.h"
 
@@ -46,7 +47,7 @@ struct LayerProblem {
     ProblemShape shape;
     std::map<std::string, double> scalars; ///< every scalar the spec declares
     BoundArguments bound;                  ///< ImageParams and scalar Params, for bind_inputs
-    std::vector<Halide::Internal::Parameter> scalar_params;
+    std::vector<halide_compat::Parameter> scalar_params;
     std::map<std::string, Halide::ImageParam> images;
     InputSet inputs;              ///< what the images are bound to first
     std::vector<int> out_extents; ///< Halide order
