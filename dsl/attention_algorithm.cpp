@@ -615,6 +615,13 @@ void define_rotated_heads(AttentionStages &s, const AttentionInputs &in, const H
     s.k_heads(d, k, h, b) = s.k_rope(d, k, h, b);
 }
 
+/** The name of the buffer that `input` (an input's Func, which wraps it) reads. */
+std::string buffer_name(const Func &input) {
+    const auto *call = input.value().as<Halide::Internal::Call>();
+    return call != nullptr && call->call_type == Halide::Internal::Call::Image ? call->name
+                                                                               : input.name();
+}
+
 /**
  * A cached layer: `rows` are the new tokens' (d, t, h, b), t in query order. The new keys
  * (rotated) and values become k_new and v_new in the cache's type; a key k of sequence b is then
@@ -639,6 +646,7 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         q_rows = s.q_rope;
         k_rows = s.k_rope;
     }
+    s.cache_buffers = {buffer_name(in.k_cache), buffer_name(in.v_cache)};
     const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
     s.k_new = in.k_new;
     s.v_new = in.v_new;

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -236,6 +237,13 @@ struct AttentionStages {
     Halide::RDom r_values;
     /** The form these stages were written in (effective_options), which schedules read. */
     AlgorithmOptions options;
+    /** A cached layer's cache buffers (k_cache and v_cache by name); empty without a cache. */
+    std::set<std::string> cache_buffers;
+    /**
+     * Set by a schedule: prefetch the cache rows this many keys ahead of the loops over keys
+     * that read them (add_lowering_passes); 0 for none.
+     */
+    int cache_prefetch_keys = 0;
     /**
      * With AlgorithmOptions::rows_up_to, the whole-row form beside this (chunks) form: its own
      * stages from scores to weighted_sum, sharing q_heads, k_heads and (with projections)

@@ -210,6 +210,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
             apply_schedule(stages_, get_target(), schedule_name, schedule_params_, shape_class);
         if (!problem.empty())
             fail(problem);
+        add_lowering_passes(get_pipeline(), stages_);
     }
 
   private:

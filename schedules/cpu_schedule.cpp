@@ -39,36 +39,52 @@ int padded_row(int rows, int lanes) {
     return rows + 2 * lanes;
 }
 
+/** The dot products that vectorize_dot_products makes of a stage's update. */
+struct DotProducts {
+    Halide::RVar r; ///< the reduction they run along
+    int lanes;
+    Halide::LoopLevel at; ///< where the vectors of partial sums are computed
+    /// a block of outputs, each var bounded to its extent, that share each load along r
+    std::vector<std::pair<Var, int>> block;
+    std::vector<Halide::RVar> outer_r = {}; ///< the update's other reduction loops, outside r
+    /**
+     * Whether the block's first var is the stage's innermost stored dimension, its extent a
+     * power of two of at most `lanes`: its outputs' horizontal sums are then one vector
+     * reduction (shuffles that transpose the partial sums) and one vector store, rather than
+     * a reduction and a store per output.
+     */
+    bool sums_as_vector = false;
+};
+
 /**
- * Vectorizes the reduction over `r` of `stage`'s update as dot products: r is split into
+ * Vectorizes the reduction over `dots.r` of `stage`'s update as dot products: r is split into
  * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
- * `at` for a block of outputs (the `block` vars, each bounded to its extent and unrolled, so
- * that they share each load along r), and one horizontal sum per output finishes them.
- * `outer_r` lists the update's other reduction loops, which run outside r.
+ * `dots.at` for a block of outputs (each block var bounded to its extent and unrolled, so that
+ * they share each load along r), and horizontal sums finish them.
  */
-void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
-                            const Halide::LoopLevel &at,
-                            const std::vector<std::pair<Var, int>> &block,
-                            const std::vector<Halide::RVar> &outer_r = {}) {
+void vectorize_dot_products(Func stage, const DotProducts &dots) {
     Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
     Var lane{stage.name() + "_lane"};
-    stage.update().split(r, r_outer, r_lane, lanes);
+    stage.update().split(dots.r, r_outer, r_lane, dots.lanes);
     Func partial = stage.update().rfactor(r_lane, lane);
     std::vector<Var> storage{lane};
     std::vector<Halide::VarOrRVar> order{lane};
-    for (const auto &[var, extent] : block) {
+    for (const auto &[var, extent] : dots.block) {
         storage.push_back(var);
         order.emplace_back(var);
     }
     order.emplace_back(r_outer);
-    order.insert(order.end(), outer_r.begin(), outer_r.end());
-    partial.compute_at(at).reorder_storage(storage).vectorize(lane);
+    order.insert(order.end(), dots.outer_r.begin(), dots.outer_r.end());
+    partial.compute_at(dots.at).reorder_storage(storage).vectorize(lane);
     partial.update().reorder(order).vectorize(lane);
     stage.update().atomic().vectorize(r_lane);
-    for (const auto &[var, extent] : block) {
+    for (const auto &[var, extent] : dots.block) {
         partial.bound_extent(var, extent).unroll(var);
         partial.update().unroll(var);
-        stage.update().unroll(var);
+        if (dots.sums_as_vector && var.same_as(dots.block.front().first))
+            stage.update().vectorize(var);
+        else
+            stage.update().unroll(var);
     }
 }
 
@@ -168,9 +184,11 @@ void schedule_projection_in_place(const InPlaceProjection &projection, int lanes
         .unroll(out_var)
         .unroll(row_var);
     const std::vector<Halide::RVar> rvars = stage.rvars(0);
-    vectorize_dot_products(stage, rvars[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
-                           {{out_var, tile_outputs}, {row_var, dot_rows}},
-                           {rvars.begin() + 1, rvars.end()});
+    vectorize_dot_products(stage, {rvars[0],
+                                   r_lanes,
+                                   Halide::LoopLevel(tiled, out_outer),
+                                   {{out_var, tile_outputs}, {row_var, dot_rows}},
+                                   {rvars.begin() + 1, rvars.end()}});
 }
 
 /** A GEMM's register tile: `vector_var` (in vectors of `vec`) x `other`. */
@@ -386,6 +404,16 @@ void schedule_projection_broadcast(const GemmLoops &gemm, Func weight, int tile_
 }
 
 /**
+ * Whether the split-KV form widens a cached layer's K and V rows (an f16 or bf16 cache) to f32
+ * once per key (or block of keys) into L1, rather than once per head (or block of heads) that
+ * reads them. An f32 cache's rows are read in place: the copy cost more than it saved (a
+ * decode step of 32k keys, 2-core Zen 5: 6-15% slower).
+ */
+bool widens_cache_rows(const AttentionSpec &spec) {
+    return spec.cache.any() && spec.resolved_cache_dtype() != DType::f32;
+}
+
+/**
  * The split-KV form's P·V (schedule_split_kv), per task at `at`: each V row is read once from
  * memory, whole, into the group's accumulators: in registers a block of keys at a time where
  * they fit (cpu_kv_value_block), else in L1.
@@ -395,7 +423,10 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
     const int group = s.spec.group_size();
     Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
+    const bool widened = widens_cache_rows(s.spec);
     if (s.options.kv_value_block == 0) {
+        if (widened)
+            s.v_heads.compute_at(s.part_out, s.r_values.x).vectorize(d, d_vec).unroll(d);
         // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
         // Blocks of head_dim held in registers instead would read V in strided passes.
         s.part_out.update()
@@ -413,6 +444,8 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
         Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
         const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
         Func tile = s.part_out.update().rfactor(blocks, block);
+        if (widened)
+            s.v_heads.compute_at(s.part_out, blocks).vectorize(d, d_vec).unroll(d);
         s.part_out.update()
             .split(h, h_outer, h_inner, heads)
             .reorder(d, h_inner, h_outer, blocks, q, j, b)
@@ -457,12 +490,17 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     const Halide::LoopLevel at(s.partials, task);
 
     // Scores: per key, the group's dot products accumulate vectors of head_dim that share each
-    // load of K; one horizontal sum per (key, head) finishes them. Stored heads innermost, so
-    // that the statistics and probabilities are vectorized across heads.
+    // load of K; horizontal sums finish them, for a group of a power of two heads one vector
+    // reduction per key. Stored heads innermost, so that the sums store one vector and the
+    // statistics and probabilities are vectorized across heads.
     s.scores.compute_at(at).bound_extent(h, group).reorder_storage(h, k, q, b).reorder(h, k, q);
-    vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
-                           {{h, group}});
+    const bool sums_as_vector = group > 1 && is_power_of_two(group) && group <= lanes;
+    vectorize_dot_products(
+        s.scores,
+        {s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k), {{h, group}}, {}, sums_as_vector});
     s.scores.update().reorder(h, k, q, b);
+    if (widens_cache_rows(s.spec))
+        s.k_heads.compute_at(s.scores, k).vectorize(d, d_vec).unroll(d);
     // The group's scaled queries, once per task rather than once per key.
     s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     s.masked.compute_inline();
@@ -556,6 +594,13 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 }
 
 } // namespace
+
+int cpu_cache_prefetch_keys(const AttentionSpec &spec) {
+    constexpr int prefetch_bytes = 16 * 1024;
+    const int row_bytes =
+        spec.resolved_head_dim() * storage_type(spec.resolved_cache_dtype()).bytes();
+    return std::max(1, prefetch_bytes / row_bytes);
+}
 
 int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
                        int head_dim) {
@@ -964,6 +1009,8 @@ void schedule_query_tiles(AttentionStages &s, Func core, const CpuPlan &plan) {
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const CpuScheduleParams &params) {
     const CpuPlan plan{s, target, params};
+    if (s.spec.cache.any())
+        s.cache_prefetch_keys = cpu_cache_prefetch_keys(s.spec);
     // The whole-row and flash forms without projections copy K per call and Q per tile.
     const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
     schedule_rope(s, plan.lanes, copies_heads && !s.spec.cache.any());

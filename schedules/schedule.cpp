@@ -1,6 +1,8 @@
 // Picks a schedule by name and target.
 #include "schedule.h"
 
+#include "cache_prefetch.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -388,6 +390,14 @@ std::string apply_schedule(AttentionStages &stages, const Halide::Target &target
         break;
     }
     return "";
+}
+
+void add_lowering_passes(Halide::Pipeline pipeline, const AttentionStages &stages) {
+    if (stages.cache_prefetch_keys > 0 && !stages.cache_buffers.empty()) {
+        Halide::Internal::IRMutator *pass =
+            make_cache_prefetch_pass(stages.cache_buffers, stages.cache_prefetch_keys).release();
+        pipeline.add_custom_lowering_pass(pass, [pass] { delete pass; });
+    }
 }
 
 } // namespace attngen

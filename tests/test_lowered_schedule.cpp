@@ -226,24 +226,41 @@ std::map<std::string, Stmt> lower_layer_functions(
     const std::string &schedule = "x86", KeepLowered *keep = nullptr) {
     const attngen::AttentionSpec spec = spec_of(params);
     attngen::BoundArguments bound;
-    for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
+    for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec)) {
         if (entry.kind == attngen::EntryArgument::Kind::buffer)
             attngen::bind_image_param(spec, entry, bound);
-    Halide::Func out("out");
+        if (entry.kind == attngen::EntryArgument::Kind::scalar) {
+            const Halide::Type type = attngen::argument_type(spec, entry);
+            bound.scalars[entry.name] = Variable::make(
+                type, entry.name, attngen::halide_compat::Parameter(type, false, 0, entry.name));
+        }
+    }
+    // The pipeline's outputs: out, and a cached layer's new rows, as the generator makes them.
+    std::map<std::string, Halide::Func> outputs{{"out", Halide::Func("out")}};
+    attngen::AttentionInputs in = attngen::bind_inputs(spec, bound);
+    if (spec.cache.any()) {
+        in.k_new = outputs["k_new"] = Halide::Func("k_new");
+        in.v_new = outputs["v_new"] = Halide::Func("v_new");
+    }
     attngen::AttentionStages stages = attngen::build_attention(
-        spec, attngen::bind_inputs(spec, bound), out,
+        spec, in, outputs.at("out"),
         attngen::algorithm_options(spec, target, schedule, schedule_params));
     REQUIRE(attngen::apply_schedule(stages, target, schedule, schedule_params).empty());
-    // The output's fixed extents, as the generator constrains them.
+    // The outputs' fixed extents, as the generator constrains them.
     for (const attngen::EntryArgument &entry : attngen::layer_arguments(spec))
         if (entry.kind == attngen::EntryArgument::Kind::output) {
-            Halide::OutputImageParam output = out.output_buffer();
+            Halide::OutputImageParam output = outputs.at(entry.name).output_buffer();
             attngen::constrain_argument(output, entry.dims);
         }
 
+    std::vector<Halide::Func> funcs;
+    for (const auto &entry : outputs)
+        funcs.push_back(entry.second);
+    Halide::Pipeline pipeline(funcs);
+    attngen::add_lowering_passes(pipeline, stages);
     if (keep != nullptr)
-        out.add_custom_lowering_pass(keep, [] {}); // the caller owns it
-    Halide::Module module = out.compile_to_module(out.infer_arguments(), "layer", target);
+        pipeline.add_custom_lowering_pass(keep, [] {}); // the caller owns it
+    Halide::Module module = pipeline.compile_to_module(pipeline.infer_arguments(), "layer", target);
     std::map<std::string, Stmt> functions;
     for (const LoweredFunc &function : module.functions())
         functions[function.name] = function.body;
@@ -901,5 +918,126 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
         CHECK(queries.count > 0);
         CHECK(keys.count + copy_rotates.count > 0);
         CHECK(scores_rotate.count == 0);
+    }
+}
+
+/**
+ * Per cache buffer: the prefetches of it, and how many of those sit in a loop body (or branch)
+ * that also loads it, beside the load they run ahead of.
+ */
+class CachePrefetches : public IRVisitor {
+  public:
+    std::map<std::string, int> prefetches, beside_loads;
+
+  private:
+    using IRVisitor::visit;
+    struct Body {
+        std::map<std::string, int> loads, prefetches;
+    };
+    std::vector<Body> bodies_{1};
+
+    void visit(const For *op) override { within(op->body); }
+    void visit(const IfThenElse *op) override {
+        op->condition.accept(this);
+        within(op->then_case);
+        if (op->else_case.defined())
+            within(op->else_case);
+    }
+    void within(const Stmt &body) {
+        bodies_.emplace_back();
+        body.accept(this);
+        for (const auto &[buffer, count] : bodies_.back().prefetches)
+            if (bodies_.back().loads.count(buffer))
+                beside_loads[buffer] += count;
+        bodies_.pop_back();
+    }
+    void visit(const Load *op) override {
+        bodies_.back().loads[op->name]++;
+        IRVisitor::visit(op);
+    }
+    void visit(const Call *op) override {
+        if (op->is_intrinsic(Call::prefetch))
+            if (const auto *buffer = op->args[0].as<Variable>()) {
+                prefetches[buffer->name]++;
+                bodies_.back().prefetches[buffer->name]++;
+            }
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("a cached layer's CPU loops prefetch the cache rows ahead of their loads") {
+    // A paged cache's blocks are scattered, and each restarts the hardware's prefetchers: the
+    // loops over keys that read K and V prefetch the rows they read some keys later, beside
+    // the loads. Layers without a cache prefetch nothing.
+    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
+                                "no_runtime");
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+    const Halide::Target arm("arm-64-linux-no_runtime");
+    for (const std::string cache : {"paged(16)", "contiguous"}) {
+        for (const std::string dtype : {"f32", "f16"}) {
+            for (const Halide::Target &target : {avx512, avx2, arm}) {
+                for (const std::string schedule_params : {"split_chunk=64", ""}) {
+                    INFO("cache " << cache << " of " << dtype << ", target " << target.to_string()
+                                  << ", schedule parameters '" << schedule_params << "'");
+                    CachePrefetches found;
+                    for (const Stmt &body :
+                         lower_layer({{"heads", "8"},
+                                      {"kv_heads", "2"},
+                                      {"head_dim", "64"},
+                                      {"mask", "causal"},
+                                      {"cache", cache},
+                                      {"cache_dtype", dtype}},
+                                     schedule_params, target,
+                                     target.arch == Halide::Target::ARM ? "arm" : "x86"))
+                        body.accept(&found);
+                    for (const char *buffer : {"k_cache", "v_cache"}) {
+                        INFO(buffer);
+                        CHECK(found.prefetches[buffer] > 0);
+                        CHECK(found.beside_loads[buffer] == found.prefetches[buffer]);
+                    }
+                }
+            }
+        }
+    }
+    CachePrefetches plain;
+    for (const Stmt &body :
+         lower_layer({{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}}, "split_chunk=64"))
+        body.accept(&plain);
+    CHECK(plain.prefetches.empty());
+}
+
+/** The lanes of every vector reduction that stores into `stage`. */
+class ReductionsInto : public IRVisitor {
+  public:
+    explicit ReductionsInto(std::string stage) : stage_(std::move(stage)) {}
+    std::vector<int> lanes;
+
+  private:
+    using IRVisitor::visit;
+    std::string stage_;
+
+    void visit(const Store *op) override {
+        if (op->name == stage_ || op->name.rfind(stage_ + "$", 0) == 0)
+            if (const auto *sum = op->value.as<Add>())
+                for (const Expr &term : {sum->a, sum->b})
+                    if (const auto *reduce = term.as<VectorReduce>())
+                        lanes.push_back(reduce->type.lanes());
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("the split-KV scores of a group's heads finish in one vector reduction per key") {
+    // Each head's dot product ends in a horizontal sum of one vector: for a group of 4 heads,
+    // one reduction to 4 lanes (a transpose of the partial sums) and one store, not 4 of each.
+    for (const std::string kv_heads : {"2", "8"}) {
+        INFO("8 heads, " << kv_heads << " kv heads");
+        ReductionsInto scores("scores");
+        for (const Stmt &body : lower_layer(
+                 {{"heads", "8"}, {"kv_heads", kv_heads}, {"head_dim", "64"}}, "split_chunk=64"))
+            body.accept(&scores);
+        const int group = 8 / std::stoi(kv_heads);
+        REQUIRE_FALSE(scores.lanes.empty());
+        CHECK(std::all_of(scores.lanes.begin(), scores.lanes.end(),
+                          [&](int lanes) { return lanes == group; }));
     }
 }
