@@ -159,18 +159,31 @@ ReadProbe::ReadProbe(int threads)
 }
 
 double ReadProbe::measure() {
+    return std::max(pass(false), pass(true));
+}
+
+double ReadProbe::pass(bool prefetched) {
+    // Whole cache lines per step, four independent folds: the loop is bound by memory, not by
+    // the dependency of one accumulator (-O2 does not unroll it). Prefetched, each thread reads
+    // its part as four streams, each prefetched 8 KiB ahead, as attngen's cached decode step
+    // reads its cache: the hardware's prefetchers alone read less on some machines.
     const size_t words = buffer_.size();
+    const int streams = prefetched ? 4 : 1;
+    constexpr size_t ahead_words = 8192 / sizeof(uint64_t);
     const double seconds = timed_on_threads(threads_, [&](int t) {
-        // Whole cache lines per step, four independent folds: the loop is bound by memory,
-        // not by the dependency of one accumulator (-O2 does not unroll it).
         const size_t begin = words * t / threads_ / 8 * 8;
         const size_t end = t + 1 == threads_ ? words : words * (t + 1) / threads_ / 8 * 8;
+        const size_t stream_words = (end - begin) / streams / 8 * 8;
         uint64_t folded[4] = {0, 0, 0, 0};
-        size_t i = begin;
-        for (; i + 8 <= end; i += 8)
-            for (int lane = 0; lane < 4; lane++)
-                folded[lane] ^= buffer_[i + lane] ^ buffer_[i + 4 + lane];
-        for (; i < end; i++)
+        for (size_t i = 0; i < stream_words; i += 8)
+            for (int stream = 0; stream < streams; stream++) {
+                const uint64_t *line = &buffer_[begin + stream * stream_words + i];
+                if (prefetched)
+                    __builtin_prefetch(line + ahead_words, 0, 0);
+                for (int lane = 0; lane < 4; lane++)
+                    folded[lane] ^= line[lane] ^ line[4 + lane];
+            }
+        for (size_t i = begin + streams * stream_words; i < end; i++)
             folded[0] ^= buffer_[i];
         sink_[t] = folded[0] ^ folded[1] ^ folded[2] ^ folded[3];
     });

@@ -32,10 +32,12 @@ double measure_clock_ghz(int threads);
 class ReadProbe {
   public:
     explicit ReadProbe(int threads);
-    /** GB/s of one pass over the buffer. */
+    /** GB/s of one pass over the buffer: the better of a plain pass and a prefetched one. */
     double measure();
 
   private:
+    double pass(bool prefetched);
+
     int threads_;
     std::vector<uint64_t> buffer_;
     std::vector<uint64_t> sink_;
