@@ -1,8 +1,11 @@
 // The lowering pass that prefetches KV-cache rows ahead of the loops over keys (cache_prefetch.h).
 #include "cache_prefetch.h"
 
+#include "dsl/halide_compat.h"
+
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -181,8 +184,9 @@ class CachePrefetch : public hi::IRMutator {
         for (const Placed &placed : placed_.back()) {
             if (placed.buffer != load.buffer)
                 continue;
-            const int64_t *apart = hi::as_const_int(hi::simplify(address - placed.address));
-            if (apart != nullptr && std::llabs(*apart) * element_bytes < cache_line_bytes)
+            const std::optional<int64_t> apart =
+                halide_compat::constant_int(hi::simplify(address - placed.address));
+            if (apart && std::llabs(*apart) * element_bytes < cache_line_bytes)
                 return true;
         }
         return false;
