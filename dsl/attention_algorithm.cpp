@@ -61,7 +61,8 @@ void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     const double units = score_units(spec, options);
     if (spec.mask.additive) {
         Expr bias = f32(in.attn_bias(Halide::clamp(k, 0, last_key),
-                                     Halide::clamp(position, 0, last_query), h, b));
+                                     Halide::clamp(position, 0, last_query), h, b),
+                        options.native_f16);
         // In base 2 the bias is scaled too.
         score += units == 1.0 ? bias : bias * static_cast<float>(units);
         // A -inf bias masks even when a score_mod would make something finite of it; a NaN bias
@@ -665,9 +666,11 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         return cache(d, k % block_size, h, block);
     };
     s.k_heads(d, k, h, b) =
-        f32(Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)));
+        f32(Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)),
+            s.options.native_f16);
     s.v_heads(d, k, h, b) =
-        f32(Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)));
+        f32(Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)),
+            s.options.native_f16);
 }
 
 /**
@@ -681,19 +684,21 @@ void define_projections(AttentionStages &s, const AttentionInputs &in) {
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     Var in_feature = s.c, out_feature{"o"}; // of the weights, as nn.Linear names them
     s.r_model = RDom(0, spec.resolved_model_dim(), "r_model");
-    s.q_rows(in_feature, q, b) = f32(in.x(in_feature, Halide::clamp(q, 0, in.query_len - 1), b));
+    s.q_rows(in_feature, q, b) =
+        f32(in.x(in_feature, Halide::clamp(q, 0, in.query_len - 1), b), s.options.native_f16);
     // Self-attention's keys are its queries (Lk = Lq): one Func, so that a schedule can
     // prepare x once for all three projections.
     if (spec.cross_attention)
-        s.kv_rows(in_feature, k, b) =
-            f32(in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b));
+        s.kv_rows(in_feature, k, b) = f32(
+            in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b), s.options.native_f16);
     else
         s.kv_rows = s.q_rows;
     Expr row = h * head_dim + d;
     auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
                        const Func &raw_weight, const Func &bias) {
-        weight(in_feature, out_feature) = f32(raw_weight(in_feature, out_feature));
-        stage(d, pos, h, b) = proj.bias ? f32(bias(row)) : Expr(0.0f);
+        weight(in_feature, out_feature) =
+            f32(raw_weight(in_feature, out_feature), s.options.native_f16);
+        stage(d, pos, h, b) = proj.bias ? f32(bias(row), s.options.native_f16) : Expr(0.0f);
         stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
     };
     project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
@@ -734,26 +739,28 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
         // The new tokens' keys and values have Lq rows, as the queries do.
         Func query("query_f32"), key("key_f32"), value("value_f32");
         Expr row = Halide::clamp(q, 0, last_query);
-        query(d, q, h, b) = f32(in.query(d, row, h, b));
-        key(d, q, h, b) = f32(in.key(d, row, h, b));
-        value(d, q, h, b) = f32(in.value(d, row, h, b));
+        query(d, q, h, b) = f32(in.query(d, row, h, b), s.options.native_f16);
+        key(d, q, h, b) = f32(in.key(d, row, h, b), s.options.native_f16);
+        value(d, q, h, b) = f32(in.value(d, row, h, b), s.options.native_f16);
         define_cached_heads(s, in, {query, key, value, query_row}, scale);
         return;
     }
     if (spec.rope.any()) {
         Func query("query_f32"), key("key_f32");
-        query(d, q, h, b) = f32(in.query(d, Halide::clamp(q, 0, last_query), h, b));
-        key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        query(d, q, h, b) =
+            f32(in.query(d, Halide::clamp(q, 0, last_query), h, b), s.options.native_f16);
+        key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b), s.options.native_f16);
         define_rotated_heads(s, in, {query, key, Func(), query_row}, scale);
     } else {
-        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b)) * scale;
-        s.k_heads(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b), s.options.native_f16) * scale;
+        s.k_heads(d, k, h, b) =
+            f32(in.key(d, Halide::clamp(k, 0, last_key), h, b), s.options.native_f16);
     }
     // The whole-row and chunks forms read values only at visible keys: no clamp needed.
     // The online form's last step runs past Lk, with probability 0: clamped there.
     const bool online = s.options.form == AttentionForm::online;
-    s.v_heads(d, k, h, b) =
-        f32(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
+    s.v_heads(d, k, h, b) = f32(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b),
+                                s.options.native_f16);
 }
 
 /**
@@ -801,8 +808,10 @@ void define_output(AttentionStages &s, const AttentionInputs &in, const Expr &at
     if (has_out) {
         s.r_concat = RDom(0, head_dim, 0, spec.heads, "r_concat");
         Expr concat_row = s.r_concat.y * head_dim + s.r_concat.x;
-        s.out_proj(c, q, b) = spec.projections.bias ? f32(in.bo(c)) : Expr(0.0f);
-        s.o_weight(in_feature, out_feature) = f32(in.wo(in_feature, out_feature));
+        s.out_proj(c, q, b) =
+            spec.projections.bias ? f32(in.bo(c), s.options.native_f16) : Expr(0.0f);
+        s.o_weight(in_feature, out_feature) =
+            f32(in.wo(in_feature, out_feature), s.options.native_f16);
         s.out_proj(c, q, b) +=
             s.attn_out(s.r_concat.x, q, s.r_concat.y, b) * s.o_weight(concat_row, c);
         s.result = s.out_proj;

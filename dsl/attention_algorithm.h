@@ -100,6 +100,13 @@ struct AlgorithmOptions {
      * tile does not divide Lq holds the first queries, whose rows are shortest, not the last.
      */
     bool reverse_queries = false;
+    /**
+     * f16 values widen to f32 with a plain cast, which Halide's code generator turns into the
+     * target's conversion instruction (Halide 21 on x86 with F16C:
+     * halide_compat::converts_f16_in_hardware), rather than attngen's integer sequence
+     * (widen_f16), which is faster than the emulation Halide falls back to elsewhere.
+     */
+    bool native_f16 = false;
     /** Keys per chunk of the chunks form, and of the online form's split-KV chunks (or 0). */
     int chunk_keys = 0;
     /**

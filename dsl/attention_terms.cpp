@@ -43,8 +43,9 @@ Expr widen_f16(const Expr &half) {
     return reinterpret<float>(reinterpret<uint32_t>(value) | ((bits & u32(0x8000)) << 16));
 }
 
-Expr f32(const Expr &value) {
-    if (value.type().is_float() && value.type().bits() == 16 && !value.type().is_bfloat())
+Expr f32(const Expr &value, bool native_f16) {
+    if (value.type().is_float() && value.type().bits() == 16 && !value.type().is_bfloat() &&
+        !native_f16)
         return widen_f16(value);
     return Halide::cast<float>(value);
 }
@@ -164,7 +165,8 @@ Halide::Tuple turns_cos_sin(const Expr &turns) {
     Expr quadrant = Halide::cast<int32_t>((turns + eighth) >> 62);
     Expr rest = Halide::cast<int64_t>(turns - (Halide::cast<uint64_t>(quadrant) << 62));
     constexpr double pi = 3.14159265358979323846;
-    Expr r = f32(Halide::cast<int32_t>(rest >> 32)) * static_cast<float>(2 * pi / 4294967296.0);
+    Expr r = Halide::cast<float>(Halide::cast<int32_t>(rest >> 32)) *
+             static_cast<float>(2 * pi / 4294967296.0);
     // Cephes' single-precision sinf and cosf polynomials on [-pi/4, pi/4].
     Expr z = r * r;
     Expr sin = r + r * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));

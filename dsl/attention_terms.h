@@ -21,8 +21,11 @@ namespace attngen {
  */
 Halide::Expr widen_f16(const Halide::Expr &half);
 
-/** A stored value (f32, f16 or bf16) in f32, exactly. */
-Halide::Expr f32(const Halide::Expr &value);
+/**
+ * A stored value (f32, f16 or bf16) in f32, exactly. An f16 value is widened by widen_f16, or
+ * with `native_f16` by a plain cast (AlgorithmOptions::native_f16).
+ */
+Halide::Expr f32(const Halide::Expr &value, bool native_f16);
 
 /** An f32 value in a storage type. NaN stays NaN: Halide 14's conversion to f16, under its
  * fast-math flags, makes it an infinity. */

@@ -53,6 +53,24 @@ inline std::optional<int64_t> constant_int(const Halide::Expr &e) {
 #endif
 }
 
+/**
+ * Whether Halide's code generator widens f16 to f32 with a conversion instruction on `target`:
+ * Halide 21 on x86 with F16C (which every AVX2 and AVX-512 target has); Halide 14 emulates the
+ * conversion in integer arithmetic everywhere.
+ */
+inline bool converts_f16_in_hardware(const Halide::Target &target) {
+#if ATTNGEN_HALIDE_MAJOR >= 21
+    using T = Halide::Target;
+    return target.arch == T::X86 &&
+           target.features_any_of({T::F16C, T::AVX2, T::AVX512, T::AVX512_Skylake,
+                                   T::AVX512_Cannonlake, T::AVX512_Zen4, T::AVX512_Zen5,
+                                   T::AVX512_SapphireRapids});
+#else
+    (void)target;
+    return false;
+#endif
+}
+
 /** Runs GenGen's command line in-process (`attngen compile`); returns its exit status and puts
  *  what it reported in `errors`. */
 int generate_filter_main(int argc, char **argv, std::string &errors);

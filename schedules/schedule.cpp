@@ -2,6 +2,7 @@
 #include "schedule.h"
 
 #include "cache_prefetch.h"
+#include "dsl/halide_compat.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -352,6 +353,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_head_dim());
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
+        options.native_f16 = halide_compat::converts_f16_in_hardware(target);
         break;
     }
     case ResolvedSchedule::Family::gpu:

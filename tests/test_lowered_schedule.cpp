@@ -1041,3 +1041,47 @@ TEST_CASE("the split-KV scores of a group's heads finish in one vector reduction
                           [&](int lanes) { return lanes == group; }));
     }
 }
+
+/**
+ * The casts from f16 to f32, and from 16-bit to 32-bit unsigned integers: widen_f16 widens an
+ * f16's bits so (attention layers have no other 16-bit integers).
+ */
+class HalfWidenings : public IRVisitor {
+  public:
+    int casts = 0, integer_casts = 0;
+
+  private:
+    using IRVisitor::visit;
+
+    void visit(const Cast *op) override {
+        const Halide::Type from = op->value.type(), to = op->type;
+        casts += from.is_float() && !from.is_bfloat() && from.bits() == 16;
+        integer_casts += from.is_uint() && from.bits() == 16 && to.is_uint() && to.bits() == 32;
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("f16 widens with the conversion instruction where Halide emits one") {
+    // Halide 21 turns a cast of f16 to f32 into F16C's conversion on x86 (every AVX2 target);
+    // Halide 14 emulates it, slower than attngen's own integer sequence (widen_f16).
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+    const Halide::Target sse41("x86-64-linux-sse41-no_runtime");
+    for (const Halide::Target &target : {avx2, sse41}) {
+        const bool native = attngen::halide_compat::converts_f16_in_hardware(target);
+        INFO("target " << target.to_string() << ", Halide " << ATTNGEN_HALIDE_MAJOR);
+        CHECK(native == (ATTNGEN_HALIDE_MAJOR >= 21 && target.has_feature(Halide::Target::AVX2)));
+        for (const auto &[field, dtype] :
+             {std::pair{"dtype", "f16"}, std::pair{"cache_dtype", "f16"}}) {
+            std::map<std::string, std::string> params{
+                {"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {field, dtype}};
+            if (std::string(field) == "cache_dtype")
+                params["cache"] = "contiguous";
+            HalfWidenings found;
+            for (const Stmt &body : lower_layer(params, "split_chunk=64", target))
+                body.accept(&found);
+            INFO(field << " " << dtype);
+            CHECK((found.casts > 0) == native);
+            CHECK((found.integer_casts > 0) == !native);
+        }
+    }
+}
