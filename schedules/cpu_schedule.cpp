@@ -39,52 +39,36 @@ int padded_row(int rows, int lanes) {
     return rows + 2 * lanes;
 }
 
-/** The dot products that vectorize_dot_products makes of a stage's update. */
-struct DotProducts {
-    Halide::RVar r; ///< the reduction they run along
-    int lanes;
-    Halide::LoopLevel at; ///< where the vectors of partial sums are computed
-    /// a block of outputs, each var bounded to its extent, that share each load along r
-    std::vector<std::pair<Var, int>> block;
-    std::vector<Halide::RVar> outer_r = {}; ///< the update's other reduction loops, outside r
-    /**
-     * Whether the block's first var is the stage's innermost stored dimension, its extent a
-     * power of two of at most `lanes`: its outputs' horizontal sums are then one vector
-     * reduction (shuffles that transpose the partial sums) and one vector store, rather than
-     * a reduction and a store per output.
-     */
-    bool sums_as_vector = false;
-};
-
 /**
- * Vectorizes the reduction over `dots.r` of `stage`'s update as dot products: r is split into
+ * Vectorizes the reduction over `r` of `stage`'s update as dot products: r is split into
  * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
- * `dots.at` for a block of outputs (each block var bounded to its extent and unrolled, so that
- * they share each load along r), and horizontal sums finish them.
+ * `at` for a block of outputs (the `block` vars, each bounded to its extent and unrolled, so
+ * that they share each load along r), and one horizontal sum per output finishes them.
+ * `outer_r` lists the update's other reduction loops, which run outside r.
  */
-void vectorize_dot_products(Func stage, const DotProducts &dots) {
+void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
+                            const Halide::LoopLevel &at,
+                            const std::vector<std::pair<Var, int>> &block,
+                            const std::vector<Halide::RVar> &outer_r = {}) {
     Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
     Var lane{stage.name() + "_lane"};
-    stage.update().split(dots.r, r_outer, r_lane, dots.lanes);
+    stage.update().split(r, r_outer, r_lane, lanes);
     Func partial = stage.update().rfactor(r_lane, lane);
     std::vector<Var> storage{lane};
     std::vector<Halide::VarOrRVar> order{lane};
-    for (const auto &[var, extent] : dots.block) {
+    for (const auto &[var, extent] : block) {
         storage.push_back(var);
         order.emplace_back(var);
     }
     order.emplace_back(r_outer);
-    order.insert(order.end(), dots.outer_r.begin(), dots.outer_r.end());
-    partial.compute_at(dots.at).reorder_storage(storage).vectorize(lane);
+    order.insert(order.end(), outer_r.begin(), outer_r.end());
+    partial.compute_at(at).reorder_storage(storage).vectorize(lane);
     partial.update().reorder(order).vectorize(lane);
     stage.update().atomic().vectorize(r_lane);
-    for (const auto &[var, extent] : dots.block) {
+    for (const auto &[var, extent] : block) {
         partial.bound_extent(var, extent).unroll(var);
         partial.update().unroll(var);
-        if (dots.sums_as_vector && var.same_as(dots.block.front().first))
-            stage.update().vectorize(var);
-        else
-            stage.update().unroll(var);
+        stage.update().unroll(var);
     }
 }
 
@@ -184,11 +168,9 @@ void schedule_projection_in_place(const InPlaceProjection &projection, int lanes
         .unroll(out_var)
         .unroll(row_var);
     const std::vector<Halide::RVar> rvars = stage.rvars(0);
-    vectorize_dot_products(stage, {rvars[0],
-                                   r_lanes,
-                                   Halide::LoopLevel(tiled, out_outer),
-                                   {{out_var, tile_outputs}, {row_var, dot_rows}},
-                                   {rvars.begin() + 1, rvars.end()}});
+    vectorize_dot_products(stage, rvars[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
+                           {{out_var, tile_outputs}, {row_var, dot_rows}},
+                           {rvars.begin() + 1, rvars.end()});
 }
 
 /** A GEMM's register tile: `vector_var` (in vectors of `vec`) x `other`. */
@@ -490,14 +472,11 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     const Halide::LoopLevel at(s.partials, task);
 
     // Scores: per key, the group's dot products accumulate vectors of head_dim that share each
-    // load of K; horizontal sums finish them, for a group of a power of two heads one vector
-    // reduction per key. Stored heads innermost, so that the sums store one vector and the
-    // statistics and probabilities are vectorized across heads.
+    // load of K; one horizontal sum per (key, head) finishes them. Stored heads innermost, so
+    // that the statistics and probabilities are vectorized across heads.
     s.scores.compute_at(at).bound_extent(h, group).reorder_storage(h, k, q, b).reorder(h, k, q);
-    const bool sums_as_vector = group > 1 && is_power_of_two(group) && group <= lanes;
-    vectorize_dot_products(
-        s.scores,
-        {s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k), {{h, group}}, {}, sums_as_vector});
+    vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
+                           {{h, group}});
     s.scores.update().reorder(h, k, q, b);
     if (widens_cache_rows(s.spec))
         s.k_heads.compute_at(s.scores, k).vectorize(d, d_vec).unroll(d);

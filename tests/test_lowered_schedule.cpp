@@ -1006,42 +1006,6 @@ TEST_CASE("a cached layer's CPU loops prefetch the cache rows ahead of their loa
     CHECK(plain.prefetches.empty());
 }
 
-/** The lanes of every vector reduction that stores into `stage`. */
-class ReductionsInto : public IRVisitor {
-  public:
-    explicit ReductionsInto(std::string stage) : stage_(std::move(stage)) {}
-    std::vector<int> lanes;
-
-  private:
-    using IRVisitor::visit;
-    std::string stage_;
-
-    void visit(const Store *op) override {
-        if (op->name == stage_ || op->name.rfind(stage_ + "$", 0) == 0)
-            if (const auto *sum = op->value.as<Add>())
-                for (const Expr &term : {sum->a, sum->b})
-                    if (const auto *reduce = term.as<VectorReduce>())
-                        lanes.push_back(reduce->type.lanes());
-        IRVisitor::visit(op);
-    }
-};
-
-TEST_CASE("the split-KV scores of a group's heads finish in one vector reduction per key") {
-    // Each head's dot product ends in a horizontal sum of one vector: for a group of 4 heads,
-    // one reduction to 4 lanes (a transpose of the partial sums) and one store, not 4 of each.
-    for (const std::string kv_heads : {"2", "8"}) {
-        INFO("8 heads, " << kv_heads << " kv heads");
-        ReductionsInto scores("scores");
-        for (const Stmt &body : lower_layer(
-                 {{"heads", "8"}, {"kv_heads", kv_heads}, {"head_dim", "64"}}, "split_chunk=64"))
-            body.accept(&scores);
-        const int group = 8 / std::stoi(kv_heads);
-        REQUIRE_FALSE(scores.lanes.empty());
-        CHECK(std::all_of(scores.lanes.begin(), scores.lanes.end(),
-                          [&](int lanes) { return lanes == group; }));
-    }
-}
-
 /**
  * The casts from f16 to f32, and from 16-bit to 32-bit unsigned integers: widen_f16 widens an
  * f16's bits so (attention layers have no other 16-bit integers).
