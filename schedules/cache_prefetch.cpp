@@ -171,9 +171,13 @@ class CachePrefetch : public hi::IRMutator {
             if (already_placed(load, ahead))
                 return Stmt();
             placed_.back().push_back({load.buffer, ahead});
+            // Typed as an unsigned integer of the element's size: the address is the same, and
+            // Halide 14's AArch64 code for an f16 prefetch without arm_fp16 is a module LLVM
+            // cannot read back (its object emission fails).
             const Expr base = hi::Variable::make(Halide::Handle(), load.buffer);
-            return hi::Evaluate::make(hi::Call::make(load.element, hi::Call::prefetch,
-                                                     {base, ahead, 1, 1}, hi::Call::Intrinsic));
+            const Halide::Type bits = Halide::UInt(load.element.bits());
+            return hi::Evaluate::make(
+                hi::Call::make(bits, hi::Call::prefetch, {base, ahead, 1, 1}, hi::Call::Intrinsic));
         }
         return Stmt();
     }
