@@ -8,7 +8,8 @@
 //   row_sum(q)    = Σ_k probs(k, q)
 //   output(d, q)  = Σ_k probs(k, q) v_heads(d, k) / row_sum(q)
 //
-// (With sinks, row_sum gains exp(sinks(h) - row_max): see normalized.)
+// (With sinks, row_sum gains exp(sinks(h) - row_max): see normalized. With outputs = out, lse,
+// lse(q) = row_max + log(row_sum) in natural units, -inf where row_sum is 0: see log_sum_exp.)
 // define_masked_scores and define_whole_rows, first below, define exactly this. The other forms
 // compute the same output in another order (AttentionForm), each in a function of its own:
 // define_chunks and define_online, with define_combine. Then the heads (projections, rotary
@@ -389,6 +390,27 @@ struct NormalizeTerms {
 };
 
 /**
+ * A row's result: the attention, and where the layer writes it (spec.lse_output) the natural
+ * log of the softmax's denominator, else undefined.
+ */
+struct RowResult {
+    Expr attention, lse;
+};
+
+/**
+ * The natural log of a row's softmax denominator `sum` relative to `max` (in score units): max
+ * in natural units plus log(sum); -inf where sum's bits are zero (no visible key, no sink), and
+ * the sum itself where it is NaN. Decided on the bits (attention_terms.h).
+ */
+Expr log_sum_exp(const AttentionStages &t, const Expr &max, const Expr &sum) {
+    constexpr float infinity = std::numeric_limits<float>::infinity();
+    Expr bits = Halide::reinterpret<int32_t>(sum);
+    Expr natural_max = max * static_cast<float>(1.0 / score_units(t.spec, t.options));
+    return Halide::select(bits == 0, -infinity, (bits & 0x7fffffff) > bits_of(infinity), sum,
+                          natural_max + softmax_log(sum));
+}
+
+/**
  * The attention from its unnormalized P·V `out`, row max and row sum: out / sum. With sinks
  * (spec.sinks) the denominator gains the head's sink, exp(sink - max), which takes its share of
  * the probability mass and adds no value; both are taken relative to m = max(max, sink), so
@@ -396,11 +418,14 @@ struct NormalizeTerms {
  * Decided on the sink's bits, as attention_terms.h asks of every non-finite value: -inf is no
  * sink; NaN and +inf make the head's rows NaN (+inf - +inf, as PyTorch's softmax over the
  * scores and the sink gives); finite sinks are clamped to +-1e30, so that neither the scaling
- * to base 2 nor max - m overflows.
+ * to base 2 nor max - m overflows. The lse is that denominator's, the sink's term included.
  */
-Expr normalized(const AttentionStages &t, const AttentionInputs &in, const NormalizeTerms &terms) {
+RowResult normalized(const AttentionStages &t, const AttentionInputs &in,
+                     const NormalizeTerms &terms) {
+    const bool lse = t.spec.lse_output;
     if (!t.spec.sinks)
-        return terms.out * inverse_sum(terms.sum);
+        return {terms.out * inverse_sum(terms.sum),
+                lse ? log_sum_exp(t, terms.max, terms.sum) : Expr()};
     constexpr float infinity = std::numeric_limits<float>::infinity(), limit = 1e30f;
     Expr given = in.sinks(t.h);
     Expr bits = Halide::reinterpret<int32_t>(given);
@@ -415,16 +440,20 @@ Expr normalized(const AttentionStages &t, const AttentionInputs &in, const Norma
     Expr top = Halide::select(absent, terms.max, Halide::max(terms.max, sink));
     Expr scale = terms.exponential(terms.max - top);
     Expr mass = Halide::select(absent, 0.0f, terms.exponential(sink - top));
-    Expr result = terms.out * scale * inverse_sum(terms.sum * scale + mass);
+    Expr denominator = terms.sum * scale + mass;
+    Expr result = terms.out * scale * inverse_sum(denominator);
     // A quiet NaN made from the sink's own bits (a NaN constant would be folded away).
-    return Halide::select(poisoned, Halide::reinterpret<float>(bits | 0x7fc00000), result);
+    Expr nan = Halide::reinterpret<float>(bits | 0x7fc00000);
+    return {Halide::select(poisoned, nan, result),
+            lse ? Halide::select(poisoned, nan, log_sum_exp(t, top, denominator)) : Expr()};
 }
 
 /**
- * The fold's result: the normalized attention without split-KV chunks; with them, `partials`
- * defined from the chunk's state for the caller to combine, and an undefined Expr.
+ * The fold's result: the normalized row without split-KV chunks; with them, `partials`
+ * defined from the chunk's state for the caller to combine, and an undefined result.
  */
-Expr online_result(AttentionStages &t, const AttentionInputs &in, const Exponential &exponential) {
+RowResult online_result(AttentionStages &t, const AttentionInputs &in,
+                        const Exponential &exponential) {
     const AlgorithmOptions &options = t.options;
     const RunningLayout layout{options.d_per_lane};
     const int width = layout.width;
@@ -441,7 +470,7 @@ Expr online_result(AttentionStages &t, const AttentionInputs &in, const Exponent
     Expr max = result[layout.max_at()], sum = result[layout.sum_at()];
     if (has_split) {
         t.partials(d, j, q, h, b) = Halide::Tuple(out, max, sum);
-        return Expr();
+        return {};
     }
     return normalized(t, in, {out, max, sum, exponential});
 }
@@ -455,8 +484,8 @@ Expr online_result(AttentionStages &t, const AttentionInputs &in, const Exponent
  * steps of one chunk, `partials` holds its results for the caller to combine, and the result is
  * undefined. The GPU's form: K and V are read once and a step's state stays in registers.
  */
-Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
-                   const Probability &probability, const Exponential &exponential) {
+RowResult define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange &tile_range,
+                        const Probability &probability, const Exponential &exponential) {
     define_step_probabilities(t, probability);
     define_fold(t, in, tile_range, exponential);
     return online_result(t, in, exponential);
@@ -467,8 +496,8 @@ Expr define_online(AttentionStages &t, const AttentionInputs &in, const KeyRange
  * are defined, in the form `options` names (effective_options), and returns the normalized
  * attention, attn_out's value.
  */
-Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
-                    const AlgorithmOptions &options) {
+RowResult define_softmax(AttentionStages &t, const AttentionInputs &in,
+                         const AlgorithmOptions &options) {
     t.options = options;
     define_masked_scores(t, in);
     const SoftmaxParts parts = softmax_parts(t, in);
@@ -483,10 +512,10 @@ Expr define_softmax(AttentionStages &t, const AttentionInputs &in,
         // The fold's steps are bounded by the key range of a whole tile of query_tile rows,
         // so that a loop over them inside the tile skips the steps the mask hides from it.
         const int tile = std::max(options.query_tile, 1);
-        Expr attention = define_online(t, in, parts.key_range(tile, t.q_tile * tile),
-                                       parts.probability, parts.exponential);
+        RowResult row = define_online(t, in, parts.key_range(tile, t.q_tile * tile),
+                                      parts.probability, parts.exponential);
         if (options.chunk_keys <= 0)
-            return attention;
+            return row;
         define_combine(t, in, parts.tile_keys, parts.exponential);
         break;
     }
@@ -766,9 +795,9 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
 /**
  * The chunks form for long rows and the whole-row form for calls with Lk <= rows_up_to, in one
  * pipeline: a schedule specializes on the condition, and each call runs one of them. Returns
- * attn_out's value given the chunks form's, `attention`.
+ * attn_out's value given the chunks form's, `chunks`.
  */
-Expr with_whole_rows(AttentionStages &s, const AttentionInputs &in, const Expr &attention) {
+RowResult with_whole_rows(AttentionStages &s, const AttentionInputs &in, const RowResult &chunks) {
     auto rows = std::make_shared<AttentionStages>();
     rows->spec = s.spec;
     rows->q_heads = s.q_heads;
@@ -784,25 +813,35 @@ Expr with_whole_rows(AttentionStages &s, const AttentionInputs &in, const Expr &
     s.use_rows = in.key_len <= s.options.rows_up_to;
     AlgorithmOptions rows_options = s.options;
     rows_options.form = AttentionForm::whole_rows;
-    Expr rows_attention = define_softmax(*rows, in, effective_options(rows_options));
+    const RowResult whole = define_softmax(*rows, in, effective_options(rows_options));
     s.rows = rows;
-    return Halide::select(s.use_rows, rows_attention, attention);
+    auto chosen = [&](const Expr &a, const Expr &b) {
+        return a.defined() ? Halide::select(s.use_rows, a, b) : Expr();
+    };
+    return {chosen(whole.attention, chunks.attention), chosen(whole.lse, chunks.lse)};
 }
 
 /**
- * attn_out (in query order), the output projection Y = concat_h(O) Wo^T + bo where the layer
- * has one, and the output as stored.
+ * attn_out (in query order; with an lse, Tuple(attention, lse), the lse repeated along d), the
+ * output projection Y = concat_h(O) Wo^T + bo where the layer has one, the output as stored,
+ * and the lse output.
  */
-void define_output(AttentionStages &s, const AttentionInputs &in, const Expr &attention) {
+void define_output(AttentionStages &s, const AttentionInputs &in, const RowResult &row) {
     const AttentionSpec &spec = s.spec;
     Var d = s.d, c = s.c, q = s.q, h = s.h, b = s.b;
     Var in_feature = c, out_feature{"o"};
+    const Halide::Tuple value =
+        spec.lse_output ? Halide::Tuple(row.attention, row.lse) : Halide::Tuple(row.attention);
     if (s.options.reverse_queries) {
-        s.attn_reversed(d, q, h, b) = attention;
+        s.attn_reversed(d, q, h, b) = value;
         s.attn_out(d, q, h, b) = s.attn_reversed(d, query_position(q, in, s.options), h, b);
     } else {
-        s.attn_out(d, q, h, b) = attention;
+        s.attn_out(d, q, h, b) = value;
     }
+    auto attention = [&](const Expr &at, const Expr &query, const Expr &head) -> Expr {
+        Halide::FuncRef ref = s.attn_out(at, query, head, b);
+        return spec.lse_output ? ref[0] : Expr(ref);
+    };
     const int head_dim = spec.resolved_head_dim();
     const bool has_out = spec.projections.out;
     if (has_out) {
@@ -812,23 +851,26 @@ void define_output(AttentionStages &s, const AttentionInputs &in, const Expr &at
             spec.projections.bias ? f32(in.bo(c), s.options.native_f16) : Expr(0.0f);
         s.o_weight(in_feature, out_feature) =
             f32(in.wo(in_feature, out_feature), s.options.native_f16);
-        s.out_proj(c, q, b) +=
-            s.attn_out(s.r_concat.x, q, s.r_concat.y, b) * s.o_weight(concat_row, c);
+        s.out_proj(c, q, b) += attention(s.r_concat.x, q, s.r_concat.y) * s.o_weight(concat_row, c);
         s.result = s.out_proj;
     } else {
         s.result = s.attn_out;
     }
-    // With a cache, rows past a sequence's new tokens are zeros, whatever their padding held.
-    const Halide::Type stored = storage_type(spec.dtype);
-    auto stored_row = [&](Expr value) {
-        if (spec.cache.any())
-            value = Halide::select(q < in.query_lengths(b), value, 0.0f);
-        return narrowed(stored, value);
+    // With a cache, rows past a sequence's new tokens are zeros (lse -inf), whatever their
+    // padding held.
+    auto new_row = [&](const Expr &value, float otherwise) {
+        return spec.cache.any() ? Halide::select(q < in.query_lengths(b), value, otherwise) : value;
     };
+    const Halide::Type stored = storage_type(spec.dtype);
     if (has_out)
-        s.output(c, q, b) = stored_row(s.out_proj(c, q, b));
+        s.output(c, q, b) = narrowed(stored, new_row(s.out_proj(c, q, b), 0.0f));
     else
-        s.output(d, q, h, b) = stored_row(s.attn_out(d, q, h, b));
+        s.output(d, q, h, b) = narrowed(stored, new_row(attention(d, q, h), 0.0f));
+    if (spec.lse_output) {
+        s.lse = in.lse;
+        s.lse(q, h, b) =
+            new_row(s.attn_out(0, q, h, b)[1], -std::numeric_limits<float>::infinity());
+    }
 }
 
 } // namespace
@@ -844,10 +886,10 @@ AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs
     // the softmax's exponential takes, at no cost per score.
     const float scale = static_cast<float>(spec.resolved_scale() * score_units(spec, s.options));
     define_heads(s, in, scale);
-    Expr attention = define_softmax(s, in, s.options);
+    RowResult row = define_softmax(s, in, s.options);
     if (s.options.rows_up_to > 0)
-        attention = with_whole_rows(s, in, attention);
-    define_output(s, in, attention);
+        row = with_whole_rows(s, in, row);
+    define_output(s, in, row);
     return s;
 }
 

@@ -47,6 +47,8 @@ struct AttentionInputs {
      * (rotated) and values (d, t, hkv, b) in the cache's type. A generator passes its Outputs.
      */
     Halide::Func k_new{"new_keys"}, v_new{"new_values"};
+    /** With spec.lse_output, the lse output (q, h, b) f32, which build_attention defines. */
+    Halide::Func lse{"lse"};
     Halide::Expr query_len, key_len;
     /** The spec's declared run-time tensors (Halide order, with extents) and scalars. */
     std::map<std::string, Halide::Func> tensors;
@@ -265,6 +267,12 @@ struct AttentionStages {
     Halide::Func result;
     /** The result as stored: cast to the storage type. */
     Halide::Func output;
+    /**
+     * With spec.lse_output: (q, h, b) f32, the natural log of each row's softmax denominator
+     * (sinks included), -inf for a row that sees nothing; attn_out is then Tuple(attention, lse)
+     * and this reads its second element. Undefined otherwise.
+     */
+    Halide::Func lse;
 
     AttentionSpec spec;
 };
@@ -287,6 +295,13 @@ Halide::Expr softmax_exp2(const Halide::Expr &x);
  * (0 from x = -87.7). Positive x gives 1.
  */
 Halide::Expr softmax_exp(const Halide::Expr &x);
+
+/**
+ * The natural log of x for positive normal floats (a softmax's denominator, at least 1 where it
+ * is not 0), in plain arithmetic that vectorizes, as Cephes' logf does it. Against log in double
+ * (tests/test_softmax_exp.cpp): absolute error under 1.5e-7 (1 + |log x|).
+ */
+Halide::Expr softmax_log(const Halide::Expr &x);
 
 /**
  * (cos, sin) of the angle `turns` / 2^64 turns (a UInt(64) Expr: a fraction of a turn in fixed

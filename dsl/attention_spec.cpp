@@ -447,6 +447,19 @@ std::optional<Projections> parse_projections(const std::string &text, bool bias)
     return proj;
 }
 
+std::optional<bool> parse_outputs(const std::string &text) {
+    std::vector<std::string> names = split(trim(text), ',');
+    if (names.empty() || names[0] != "out" || names.size() > 2)
+        return std::nullopt;
+    if (names.size() == 2 && names[1] != "lse")
+        return std::nullopt;
+    return names.size() == 2;
+}
+
+const char *outputs_text(bool lse_output) {
+    return lse_output ? "out, lse" : "out";
+}
+
 std::string to_string(const Projections &proj) {
     std::string text;
     auto add = [&](bool present, const char *name) {
@@ -540,10 +553,11 @@ struct ParamReader {
 /** Records an error for each field of params that an attention layer does not have. */
 void check_known_fields(const std::map<std::string, std::string> &params,
                         std::vector<SpecError> &errors) {
-    static const char *known[] = {
-        "name",       "model_dim",   "heads",        "kv_heads", "head_dim",    "scale",
-        "dtype",      "projections", "bias",         "cross",    "mask",        "rope",
-        "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype", "sinks"};
+    static const char *known[] = {"name",        "model_dim",  "heads",        "kv_heads",
+                                  "head_dim",    "scale",      "dtype",        "projections",
+                                  "bias",        "cross",      "mask",         "rope",
+                                  "rope_theta",  "rotary_dim", "rope_scaling", "cache",
+                                  "cache_dtype", "sinks",      "outputs"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -602,6 +616,12 @@ void read_projections_and_mask(const ParamReader &reader, AttentionSpec &spec) {
             spec.sinks = *value;
         else
             reader.bad("sinks", "true or false", *text);
+    }
+    if (auto text = reader.get("outputs")) {
+        if (std::optional<bool> lse = parse_outputs(*text))
+            spec.lse_output = *lse;
+        else
+            reader.bad("outputs", "'out' or 'out, lse'", *text);
     }
     if (auto text = reader.get("mask")) {
         if (std::optional<MaskSpec> mask = parse_mask(*text))
@@ -677,7 +697,8 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"rope_scaling", to_string(spec.rope.scaling)},
             {"cache", cache_text(spec.cache)},
             {"cache_dtype", spec.cache.dtype ? to_string(*spec.cache.dtype) : "default"},
-            {"sinks", spec.sinks ? "true" : "false"}};
+            {"sinks", spec.sinks ? "true" : "false"},
+            {"outputs", outputs_text(spec.lse_output)}};
 }
 
 } // namespace attngen

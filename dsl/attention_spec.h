@@ -97,6 +97,10 @@ struct AttentionSpec {
     /// A run-time f32 sink logit per query head (`sinks`, (H)): each row's softmax denominator
     /// gains exp(sinks[h] - max), mass that takes no value (gpt-oss; ggml's add_sinks).
     bool sinks = false;
+    /// `outputs = out, lse`: the layer also writes each row's log-sum-exp (`lse`, (B, H, Lq) f32,
+    /// natural log of the softmax's denominator; -inf for a row that sees no key), which
+    /// merge_attention combines (FlashAttention's return_softmax_lse).
+    bool lse_output = false;
     MaskSpec mask;
     RopeSpec rope;
     CacheSpec cache;
@@ -142,6 +146,11 @@ std::optional<DType> parse_dtype(const std::string &text);
 /** "none" or a comma-separated subset of q,k,v,out (spaces allowed). */
 std::optional<Projections> parse_projections(const std::string &text, bool bias);
 std::string to_string(const Projections &projections);
+
+/** The `outputs` field: "out" or "out,lse" (spaces allowed); nullopt for anything else. */
+std::optional<bool> parse_outputs(const std::string &text);
+/** "out" or "out, lse". */
+const char *outputs_text(bool lse_output);
 
 /** "none" or masks joined with '+': causal, padding, window(N), additive. */
 std::optional<MaskSpec> parse_mask(const std::string &text);

@@ -186,6 +186,28 @@ Expr softmax_exp(const Expr &x) {
     return softmax_exp2(Halide::strict_float(Halide::select(base2 > 0.0f, 0.0f, base2)));
 }
 
+Expr softmax_log(const Expr &x) {
+    // x = 2^e m with m in [sqrt(1/2), sqrt(2)): subtracting sqrt(1/2)'s bits makes the exponent
+    // field e (rounded down), and subtracting e from x's exponent field leaves m.
+    constexpr int32_t sqrt_half_bits = 0x3f3504f3;
+    Expr bits = Halide::reinterpret<int32_t>(x);
+    Expr e = (bits - sqrt_half_bits) >> 23;
+    Expr f = Halide::reinterpret<float>(bits - (e << 23)) - 1.0f;
+    // Cephes' single-precision logf: log(1 + f) = f - f^2 / 2 + f^3 P(f), f in [-0.293, 0.414],
+    // and e ln 2 in two parts (0.693359375 is exact in 10 bits).
+    static constexpr float coefficients[] = {
+        3.3333331174e-1f,  -2.4999993993e-1f, 2.0000714765e-1f,
+        -1.6668057665e-1f, 1.4249322787e-1f,  -1.2420140846e-1f,
+        1.1676998740e-1f,  -1.1514610310e-1f, 7.0376836292e-2f};
+    Expr polynomial = coefficients[8];
+    for (int i = 7; i >= 0; i--)
+        polynomial = polynomial * f + coefficients[i];
+    Expr z = f * f;
+    Expr exponent = Halide::cast<float>(e);
+    Expr small = polynomial * f * z + exponent * -2.12194440e-4f - 0.5f * z;
+    return (f + small) + exponent * 0.693359375f;
+}
+
 double score_units(const AttentionSpec &spec, const AlgorithmOptions &options) {
     constexpr double log2_e = 1.4426950408889634;
     return options.polynomial_exp && !spec.score_mod ? log2_e : 1.0;

@@ -30,9 +30,9 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim",  "heads",      "kv_heads",     "head_dim", "dtype",       "projections",
-        "bias",       "cross",      "mask",         "scale",    "score_mod",   "rope",
-        "rope_theta", "rotary_dim", "rope_scaling", "cache",    "cache_dtype", "sinks"};
+        "model_dim",    "heads", "kv_heads",    "head_dim",  "dtype",  "projections", "bias",
+        "cross",        "mask",  "scale",       "score_mod", "rope",   "rope_theta",  "rotary_dim",
+        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs"};
     return names;
 }
 
@@ -101,10 +101,11 @@ class Parser {
     // Whether `token`, first on its line, plainly starts an item (so the line before it
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
-        static const char *const starts[] = {
-            "attention",  "tensor",     "scalar",       "let",   "dtype",       "projections",
-            "bias",       "cross",      "mask",         "scale", "score_mod",   "rope",
-            "rope_theta", "rotary_dim", "rope_scaling", "cache", "cache_dtype", "sinks"};
+        static const char *const starts[] = {"attention",   "tensor",      "scalar",       "let",
+                                             "dtype",       "projections", "bias",         "cross",
+                                             "mask",        "scale",       "score_mod",    "rope",
+                                             "rope_theta",  "rotary_dim",  "rope_scaling", "cache",
+                                             "cache_dtype", "sinks",       "outputs"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -344,7 +345,8 @@ class Parser {
             if (suggestion.empty())
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
-                             "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype and sinks";
+                             "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype, sinks and "
+                             "outputs";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -402,6 +404,8 @@ class Parser {
             return parse_bool_value(field, spec.sinks);
         if (field == "projections")
             return parse_projections_value(spec.projections);
+        if (field == "outputs")
+            return parse_outputs_value(spec.lse_output);
         if (field == "mask")
             return parse_mask_value(layer);
         if (field == "rope")
@@ -622,6 +626,30 @@ class Parser {
             take();
             continue_on_next_line();
         }
+    }
+
+    // 'out', optionally followed by ', lse'.
+    bool parse_outputs_value(bool &lse_output) {
+        const char *what = "out or out, lse for 'outputs'";
+        Token token = peek();
+        if (!token.is_name("out")) {
+            expected(what, token);
+            return false;
+        }
+        take();
+        lse_output = false;
+        if (!peek().is_symbol(","))
+            return true;
+        take();
+        continue_on_next_line();
+        token = peek();
+        if (!token.is_name("lse")) {
+            expected("lse after 'out,' for 'outputs'", token);
+            return false;
+        }
+        take();
+        lse_output = true;
+        return true;
     }
 
     bool parse_mask_value(LayerSyntax &layer) {

@@ -10,7 +10,7 @@
 //   dim    := batch | heads | kv_heads | queries | keys | head_dim | INTEGER
 //   fields := model_dim, heads, kv_heads, head_dim = INTEGER;  dtype = f32 | f16 | bf16;
 //             projections = none | q, k, v, out (a comma list);
-//             bias, cross, sinks = true | false;
+//             bias, cross, sinks = true | false;  outputs = out | out, lse;
 //             mask = none | term { '+' term },
 //               term := causal | padding | window '(' INTEGER ')' | additive | '(' expr ')';
 //             scale = a constant expr over numbers, head_dim, model_dim, heads, kv_heads;

@@ -72,6 +72,8 @@ std::string to_attn(const AttentionSpec &spec) {
         line("cross = true");
     if (spec.sinks)
         line("sinks = true");
+    if (spec.lse_output)
+        line("outputs = out, lse");
     for (const RuntimeTensor &tensor : spec.tensors)
         line("tensor " + tensor.name + "[" + dims_text(tensor) + "]" +
              (tensor.is_int32 ? ": i32" : ""));

@@ -392,6 +392,7 @@ std::string why_reserved_argument(const std::string &name) {
                                  "query_lengths",
                                  "key_count",
                                  "out",
+                                 "lse",
                                  "k_new",
                                  "v_new"})
         if (name == argument)

@@ -86,7 +86,7 @@ void add_cache_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
         args.push_back({name, Kind::buffer, true, false, {batch}});
 }
 
-/** The outputs: `out`, and a cached layer's k_new and v_new. */
+/** The outputs: `out`, the lse if the layer has it, and a cached layer's k_new and v_new. */
 void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
     const int dim = spec.resolved_head_dim();
     const int heads = spec.heads;
@@ -97,6 +97,8 @@ void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
     else
         args.push_back(
             {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
+    if (spec.lse_output) // f32 whatever the layer stores
+        args.push_back({"lse", Kind::output, false, true, {queries, fixed(heads), batch}});
     if (spec.cache.any())
         for (const char *name : {"k_new", "v_new"}) {
             args.push_back(

@@ -14,7 +14,7 @@ struct EntryArgument {
     enum class Kind {
         buffer, ///< an input tensor
         scalar, ///< an input scalar (a declared run-time scalar)
-        output, ///< after the inputs: `out`, and a cached layer's k_new and v_new
+        output, ///< after the inputs: `out`, `lse`, and a cached layer's k_new and v_new
     };
     std::string name;
     Kind kind = Kind::buffer;
@@ -30,7 +30,8 @@ struct EntryArgument {
 
 /**
  * The entry point's arguments for a valid spec, in call order (after the user_context): the
- * inputs as DESIGN.md "Data layout" names them, the declared tensors and scalars, then `out`.
+ * inputs as DESIGN.md "Data layout" names them, the declared tensors and scalars, then `out`
+ * and, with outputs = out, lse, `lse` (q, h, b) f32.
  * A layer with a cache takes the new tokens (their length is Lq, and the keys' too), k_cache
  * and v_cache (paged: with block_table), cache_lengths and query_lengths, and the internal
  * scalar key_count, the longest sequence after the call (the runtime's max over b of

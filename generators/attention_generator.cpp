@@ -69,6 +69,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<bool> cross{"cross", false};
     /** The field `sinks`: Halide 21 refuses a generator parameter named like an input. */
     GeneratorParam<bool> sinks{"with_sinks", false};
+    /** "out", or "out,lse" for a layer that also writes its rows' log-sum-exp. */
+    GeneratorParam<std::string> outputs{"outputs", "out"};
     GeneratorParam<std::string> mask{"mask", "none"};
     GeneratorParam<std::string> rope{"rope", "none"};
     GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
@@ -124,7 +126,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"rope_scaling", rope_scaling},
                       {"cache", cache},
                       {"cache_dtype", cache_dtype},
-                      {"sinks", sinks ? "true" : "false"}};
+                      {"sinks", sinks ? "true" : "false"},
+                      {"outputs", outputs}};
         }
         LayerSource source = load_layer(params);
         if (!source.spec)
@@ -172,6 +175,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
             in.k_new = *outputs_.at("k_new").first;
             in.v_new = *outputs_.at("v_new").first;
         }
+        if (spec_.lse_output)
+            in.lse = *outputs_.at("lse").first;
 
         // The schedule's parameters are settled first: the algorithm is written for its tiles.
         schedule_params_ = schedule_params;

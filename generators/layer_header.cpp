@@ -165,6 +165,8 @@ std::string argument_docs(const AttentionSpec &spec) {
         line("scalar " + scalar.name + " " + (scalar.is_int32 ? "i32" : "f32") +
              ", by args.set_scalar(\"" + scalar.name + "\", ...)");
     line(proj.out ? "out      (B, Lq, model_dim)" : "out      (B, H, Lq, D)");
+    if (spec.lse_output)
+        line("lse      (B, H, Lq) f32: log-sum-exp of each row's scores (-inf: none visible)");
     return docs;
 }
 
@@ -193,9 +195,14 @@ inline int {name}_variant_{index}_argv(void **args) {{
                        fmt::arg("params", params), fmt::arg("call", call));
 }
 
-/** The header comment's fields past the mask that only some layers have: sinks, rope, cache. */
+/**
+ * The header comment's fields past the mask that only some layers have: sinks, outputs, rope,
+ * cache.
+ */
 std::string feature_comment(const AttentionSpec &spec) {
     std::string text = spec.sinks ? " sinks=true" : "";
+    if (spec.lse_output)
+        text += " outputs=out,lse";
     if (spec.rope.any())
         text += "\n// rope=" + rope_text(spec.rope) +
                 " rope_theta=" + number_text(spec.rope.theta) +
@@ -313,8 +320,12 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
         fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
-        // Written only when set, so that the headers of layers without sinks read as before.
-        fmt::arg("sinks", spec.sinks ? ", true" : ""),
+        // Written only when set, so that the headers of layers without sinks or an lse read as
+        // before.
+        fmt::arg("sinks", spec.lse_output
+                              ? std::string(spec.sinks ? ", true" : ", false") + ", true"
+                          : spec.sinks ? ", true"
+                                       : ""),
         fmt::arg("feature_comment", feature_comment(spec)));
 }
 

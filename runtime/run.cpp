@@ -258,7 +258,11 @@ Status run(const Layer &layer, const Arguments &args) {
                                         : output_named(arg.name, "k_new") ? &cache->k_new
                                         : output_named(arg.name, "v_new") ? &cache->v_new
                                                                           : nullptr;
-        if (new_rows != nullptr) {
+        if (is_output && output_named(arg.name, "lse")) {
+            layout = &args.lse;
+            data = args.lse.data;
+            on_device = args.lse.on_device;
+        } else if (new_rows != nullptr) {
             layout = new_rows;
             data = new_rows->data;
             on_device = false;

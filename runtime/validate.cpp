@@ -111,6 +111,9 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     ArgRule query_lengths =
         rule("query_lengths", args.query_lengths, cached, no_cache, DType::i32, {batch});
     query_lengths.optional = true;
+    ArgRule lse = rule("lse", args.lse, info.lse, "writes no lse (it is not outputs = out, lse)",
+                       DType::f32, {batch, heads, lq});
+    lse.is_output = true;
     std::vector<ArgRule> rules = {
         rule("query", args.query, !proj, "has projections: pass `x`", t,
              {batch, heads, lq, head_dim}),
@@ -154,6 +157,7 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              {batch, {"max_blocks", Symbol::max_blocks, 0}}),
         rule("cache_lengths", args.cache_lengths, cached, no_cache, DType::i32, {batch}),
         query_lengths,
+        lse,
     };
     return rules;
 }
@@ -400,6 +404,25 @@ Status check_finite(const char *name, const Layout &layout, const void *data,
     return Status();
 }
 
+/**
+ * Whether `output` shares memory with a given argument other than itself. Host and device memory
+ * never overlap; device handles (a cl_mem is not an address) are compared for identity only.
+ */
+Status check_apart(const ArgRule &output, const std::vector<ArgRule> &rules) {
+    const Span span = span_of(*output.layout, output.data);
+    for (const ArgRule &rule : rules) {
+        if (!rule.given || rule.layout == output.layout || rule.on_device != output.on_device)
+            continue;
+        const bool overlaps = rule.on_device ? rule.data == output.data
+                                             : overlapping(span_of(*rule.layout, rule.data), span);
+        if (overlaps)
+            return Status::error("attngen: " + quoted(output.name) + " overlaps " +
+                                 quoted(rule.name) + "; the output must not share memory with " +
+                                 (rule.is_output ? "another output" : "an input"));
+    }
+    return Status();
+}
+
 } // namespace
 
 namespace internal {
@@ -532,20 +555,15 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
                              std::to_string(expected));
     }
 
-    // The output must not share memory with any input.
-    // Host and device memory never overlap; device handles (a cl_mem is not an address) are
-    // compared for identity only.
-    Span out_span = span_of(args.out, args.out.data);
-    for (const ArgRule &rule : rules) {
-        if (!rule.given || rule.on_device != args.out.on_device)
-            continue;
-        Span in_span = span_of(*rule.layout, rule.data);
-        const bool overlaps =
-            rule.on_device ? rule.data == args.out.data : overlapping(in_span, out_span);
-        if (overlaps)
-            return Status::error("attngen: `out` overlaps " + quoted(rule.name) +
-                                 "; the output must not share memory with an input");
-    }
+    // The outputs must not share memory with any other argument.
+    const ArgRule out_rule{"out", &args.out,  true,     args.out.data,     true,
+                           "",    info.dtype, out_dims, args.out.on_device};
+    if (Status status = check_apart(out_rule, rules); !status)
+        return status;
+    for (const ArgRule &rule : rules)
+        if (rule.given && std::strcmp(rule.name, "lse") == 0)
+            if (Status status = check_apart(rule, rules); !status)
+                return status;
 
     // Device key lengths are not read back to check: the kernels compare them with key
     // positions only, so any value is safe (out-of-range values mask nothing or everything).

@@ -702,24 +702,11 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
 }
 
 /**
- * Returns `core`, the Func that carries the attention tiles: the output itself, or attn_out at
- * root when an output projection follows, or attn_reversed at root when the queries run last
- * to first (AlgorithmOptions::reverse_queries); attn_out then reads it in place.
+ * The outputs that read `core` at root: without an output projection the output is a copy in
+ * query order, tasks of 256 rows of a head; the lse (q, h, b) a copy vectorized along queries.
  */
-Func schedule_core(AttentionStages &s, const CpuPlan &plan) {
-    const bool reversed = s.options.reverse_queries;
-    Func core = reversed ? s.attn_reversed : s.spec.projections.out ? s.attn_out : s.output;
-    if (reversed || s.spec.projections.out)
-        core.compute_root();
-    if (core.name() != s.attn_out.name())
-        s.attn_out.compute_inline();
-    if (!reversed)
-        return core;
-    // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
-    // uniform (AlgorithmOptions::query_tile).
-    core.align_bounds(plan.q, plan.query_tile);
+void schedule_output_copies(AttentionStages &s, const CpuPlan &plan) {
     if (!s.spec.projections.out) {
-        // The output is a copy in query order: tasks of 256 rows of a head.
         Var task{"copy_task"}, rows{"copy_rows"};
         s.output.split(plan.q, rows, plan.q, 256, TailStrategy::GuardWithIf)
             .reorder(plan.d, plan.q, rows, plan.h, plan.b)
@@ -728,6 +715,34 @@ Func schedule_core(AttentionStages &s, const CpuPlan &plan) {
             .parallel(task)
             .vectorize(plan.d, plan.d_vec);
     }
+    if (s.spec.lse_output) {
+        Var task{"lse_task"};
+        s.lse.fuse(plan.h, plan.b, task)
+            .parallel(task)
+            .vectorize(plan.q, plan.lanes, TailStrategy::GuardWithIf);
+    }
+}
+
+/**
+ * Returns `core`, the Func that carries the attention tiles: the output itself, or attn_out at
+ * root when an output projection or the lse output reads it, or attn_reversed at root when the
+ * queries run last to first (AlgorithmOptions::reverse_queries); attn_out then reads it in
+ * place. The outputs that copy from core are scheduled here.
+ */
+Func schedule_core(AttentionStages &s, const CpuPlan &plan) {
+    const bool reversed = s.options.reverse_queries;
+    const bool at_root = reversed || s.spec.projections.out || s.spec.lse_output;
+    Func core = reversed ? s.attn_reversed : at_root ? s.attn_out : s.output;
+    if (at_root)
+        core.compute_root();
+    if (core.name() != s.attn_out.name())
+        s.attn_out.compute_inline();
+    if (at_root)
+        schedule_output_copies(s, plan);
+    // Its region starts at row 0: aligned, so that the tiles' key ranges are seen to be
+    // uniform (AlgorithmOptions::query_tile).
+    if (reversed)
+        core.align_bounds(plan.q, plan.query_tile);
     return core;
 }
 

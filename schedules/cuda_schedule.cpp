@@ -80,7 +80,8 @@ struct GpuSchedule {
     int width; ///< head_dim elements per lane in the fold and the output
     LaneLayout layout;
     bool split; ///< the split-KV form: a block per chunk of keys, and a combine
-    Func core;  ///< the attention's output: attn_out before an out projection, else the output
+    Func core;  ///< the attention's output: attn_out before an out projection or an lse output,
+                ///< else the output
     Func walk;  ///< the kernel of the fold: core, or the split form's partials
     Var q_tile; ///< the block's loop over query tiles, where the running state is computed
     RVar step;  ///< the loop over the steps, where each step's stages are computed
@@ -92,7 +93,8 @@ GpuSchedule::GpuSchedule(AttentionStages &s, const Halide::Target &target,
                          const GpuScheduleParams &params)
     : stages(s), params(params), cuda(target.has_feature(Halide::Target::CUDA)),
       width(s.options.d_per_lane), layout(lane_layout(s.spec.resolved_head_dim(), params)),
-      split(s.options.chunk_keys > 0), core(s.spec.projections.out ? s.attn_out : s.output),
+      split(s.options.chunk_keys > 0),
+      core(s.spec.projections.out || s.spec.lse_output ? s.attn_out : s.output),
       walk(split ? s.partials : core), q_tile("q_tile"), step(s.r_online.y) {}
 
 /**
@@ -187,15 +189,42 @@ void schedule_input_kernels(AttentionStages &s) {
 }
 
 /**
+ * The outputs that read the attention's output at root (attn_out): a kernel of 32 x 8 elements
+ * per block copying it to the output, unless an out projection writes that, and one of 64 rows
+ * per block copying the lse.
+ */
+void schedule_output_copies(AttentionStages &s) {
+    const Var d = s.d, q = s.q, h = s.h, b = s.b;
+    if (!s.spec.projections.out) {
+        Var dx{"copy_bx"}, qx{"copy_by"}, di{"copy_tx"}, qi{"copy_ty"}, heads{"copy_bz"};
+        s.output.tile(d, q, dx, qx, di, qi, 32, 8, TailStrategy::GuardWithIf)
+            .fuse(h, b, heads)
+            .gpu_blocks(dx, qx, heads)
+            .gpu_threads(di, qi);
+    }
+    if (s.spec.lse_output) {
+        Var qx{"lse_bx"}, qi{"lse_tx"}, heads{"lse_by"};
+        s.lse.split(q, qx, qi, 64, TailStrategy::GuardWithIf)
+            .fuse(h, b, heads)
+            .gpu_blocks(qx, heads)
+            .gpu_threads(qi);
+    }
+}
+
+/**
  * The out projection, if any: a kernel of 16 x 16 outputs per block over the attention's
- * output at root; without one, the attention's output is the layer's.
+ * output at root; without one, the attention's output is the layer's, or with an lse output
+ * attn_out at root, which the output and the lse copy.
  */
 void schedule_output_projection(AttentionStages &s) {
-    if (!s.spec.projections.out) {
+    if (!s.spec.projections.out && !s.spec.lse_output) {
         s.attn_out.compute_inline();
         return;
     }
     s.attn_out.compute_root();
+    schedule_output_copies(s);
+    if (!s.spec.projections.out)
+        return;
     Var c = s.c;
     Var co{"op_bx"}, qo{"op_by"}, ci{"op_tx"}, qi{"op_ty"};
     s.output.tile(c, s.q, co, qo, ci, qi, 16, 16, TailStrategy::GuardWithIf)

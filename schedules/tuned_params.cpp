@@ -59,6 +59,10 @@ std::string spec_hash(const AttentionSpec &spec) {
         // Likewise without sinks.
         if (entry.first == "sinks" && !spec.sinks)
             continue;
+        // The lse output changes no schedule's best parameters: its tuned records are the
+        // layer's without it.
+        if (entry.first == "outputs")
+            continue;
         if ((!rope_field || spec.rope.any()) && (!cache_field || spec.cache.any()))
             canonical += entry.first + "=" + entry.second + ";";
     }

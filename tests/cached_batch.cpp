@@ -260,6 +260,8 @@ CachedBatch::Step CachedBatch::prepare(const std::vector<int> &query_lengths, in
     }
     const int64_t out_row = info_.out_projection ? M : H * D;
     call.out = OutputBuffer(info_.dtype, static_cast<size_t>(B * Lq * out_row));
+    if (info_.lse) // not 0: the layer must write every element
+        call.lse.assign(static_cast<size_t>(B) * info_.heads * Lq, 12345.0f);
     return call;
 }
 
@@ -316,6 +318,8 @@ attngen::Arguments CachedBatch::arguments(Step &call) {
                    ? attngen::mutable_view(call.out.data(), info_.dtype, {B, Lq, info_.model_dim})
                    : attngen::mutable_view(call.out.data(), info_.dtype,
                                            {B, info_.heads, Lq, info_.head_dim});
+    if (info_.lse)
+        args.lse = attngen::mutable_view(call.lse.data(), {B, info_.heads, Lq});
     return args;
 }
 
@@ -396,7 +400,7 @@ std::vector<float> CachedBatch::output_rows(const std::vector<float> &out, int q
  * The reference for sequence b's `count` new tokens, token by token: plain attention over its
  * whole raw history, with query t at position cache_length + t.
  */
-std::vector<double> CachedBatch::reference_rows(int b, int count) const {
+std::vector<double> CachedBatch::reference_rows(int b, int count, std::vector<double> *lse) const {
     const int H = info_.heads, Hkv = info_.kv_heads, D = info_.head_dim;
     const size_t first = cache_lengths_[b], total = first + count;
     ReferenceProblem problem = reference_base_;
@@ -417,7 +421,7 @@ std::vector<double> CachedBatch::reference_rows(int b, int count) const {
         problem.key = swap_outer(widen(keys_[b], 0, total * kv_width), problem.key_len, Hkv, D);
         problem.value = swap_outer(widen(values_[b], 0, total * kv_width), problem.key_len, Hkv, D);
     }
-    const std::vector<double> out = reference_attention(problem);
+    const std::vector<double> out = reference_attention(problem, lse);
     return info_.out_projection ? out : swap_outer(out, H, count, D);
 }
 
@@ -432,9 +436,26 @@ std::vector<std::vector<float>> CachedBatch::check_output(const Step &call) cons
         INFO("sequence " << b << ": " << cache_lengths_[b] << " cached and " << count
                          << " new tokens");
         new_rows[b] = output_rows(out, call.query_len, b, 0, count);
+        std::vector<double> want_lse;
         if (count > 0) {
-            const double error = relative_error(new_rows[b], reference_rows(b, count));
+            const double error = relative_error(
+                new_rows[b], reference_rows(b, count, info_.lse ? &want_lse : nullptr));
             CHECK(error <= tolerance);
+        }
+        if (info_.lse) {
+            // Rows past the sequence's new tokens saw nothing: -inf.
+            std::vector<float> got;
+            for (int h = 0; h < info_.heads; h++) {
+                const size_t row = (static_cast<size_t>(b) * info_.heads + h) * call.query_len;
+                got.insert(got.end(), call.lse.begin() + row,
+                           call.lse.begin() + row + call.query_len);
+                want_lse.insert(want_lse.begin() + (h + 1) * call.query_len -
+                                    (call.query_len - count),
+                                call.query_len - count, -std::numeric_limits<double>::infinity());
+            }
+            const double lse_diff = lse_error(got, want_lse);
+            INFO("lse error " << lse_diff);
+            CHECK(lse_diff <= lse_tolerance);
         }
         const std::vector<float> padding =
             output_rows(out, call.query_len, b, count, call.query_len - count);

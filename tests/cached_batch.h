@@ -36,6 +36,7 @@ class CachedBatch {
         /// Row t of sequence b is its token cache_length + t; past its query length, junk.
         HostTensor query, key, value, x;
         OutputBuffer out{attngen::DType::f32, 0};
+        std::vector<float> lse; ///< (B, H, Lq) with outputs = out, lse
     };
 
     /**
@@ -86,7 +87,7 @@ class CachedBatch {
     std::vector<double> cached_value(int b, int position) const;
     std::vector<float> output_rows(const std::vector<float> &out, int query_len, int b, int first,
                                    int count) const;
-    std::vector<double> reference_rows(int b, int count) const;
+    std::vector<double> reference_rows(int b, int count, std::vector<double> *lse = nullptr) const;
     std::vector<std::vector<float>> check_output(const Step &call) const;
     void check_caches(const Step &call, const OutputBuffer &k_before,
                       const OutputBuffer &v_before) const;

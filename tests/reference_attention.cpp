@@ -88,7 +88,7 @@ void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch
             }
 }
 
-std::vector<double> reference_attention(const ReferenceProblem &p) {
+std::vector<double> reference_attention(const ReferenceProblem &p, std::vector<double> *lse) {
     const int B = p.batch, H = p.heads, Hkv = p.kv_heads, D = p.head_dim;
     const int Lq = p.query_len, Lk = p.key_len, M = p.model_dim;
 
@@ -104,6 +104,8 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
 
     std::vector<double> O(static_cast<size_t>(B) * H * Lq * D, 0.0);
     std::vector<double> weights(Lk);
+    if (lse != nullptr)
+        lse->assign(static_cast<size_t>(B) * H * Lq, -std::numeric_limits<double>::infinity());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const int g = h / (H / Hkv); // the kv head this query head shares
@@ -162,6 +164,9 @@ std::vector<double> reference_attention(const ReferenceProblem &p) {
                     weights[j] = std::exp(weights[j] - row_max);
                     total += weights[j];
                 }
+                // log(sum_j exp(score_j) + exp(sink)), taken relative to the row's max.
+                if (lse != nullptr)
+                    (*lse)[(static_cast<size_t>(b) * H + h) * Lq + i] = row_max + std::log(total);
                 for (int d = 0; d < D; d++) {
                     double sum = 0.0;
                     for (int j = 0; j < Lk; j++)

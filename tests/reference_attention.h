@@ -57,7 +57,12 @@ struct ReferenceProblem {
 void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch, int heads,
                     int len, int dim, int offset);
 
-/** The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. */
-std::vector<double> reference_attention(const ReferenceProblem &problem);
+/**
+ * The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. With `lse`, also
+ * each row's log-sum-exp (B, H, Lq): the natural log of its softmax denominator, sum over the
+ * visible keys of exp(score) plus exp(sink); -inf for a row with no visible key and no sink.
+ */
+std::vector<double> reference_attention(const ReferenceProblem &problem,
+                                        std::vector<double> *lse = nullptr);
 
 } // namespace attngen_test

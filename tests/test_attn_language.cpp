@@ -236,6 +236,7 @@ TEST_CASE("to_attn writes text that parses back to an equal layer") {
     spec.dtype = DType::f16;
     spec.projections = {true, true, true, true, true};
     spec.cross_attention = true;
+    spec.lse_output = true;
     spec.mask.causal = true;
     spec.mask.key_padding = true;
     spec.mask.window = 32;

@@ -17,6 +17,8 @@
 #include "g_d32_all_masks.h"
 #include "g_d32_cache_paged.h"
 #include "g_d32_decode_masks.h"
+#include "g_d32_lse.h"
+#include "g_d32_lse_decode.h"
 #include "g_d32_rope_decode.h"
 #include "g_d32_shared_heads.h"
 #include "g_d32_sinks.h"
@@ -171,6 +173,14 @@ TEST_CASE("GPU schedule and split-KV decode form: sinks at the edges, fully mask
     check_sink_edges(g_d32_sinks_layer(), 543);
     check_sink_edges(g_d32_sinks_decode_layer(), 544);
     CHECK(attngen::last_device() == test_api);
+}
+
+TEST_CASE("GPU schedule: the lse output, grouped heads, causal and padding") {
+    check_on_gpu(g_d32_lse_layer(), 545);
+}
+
+TEST_CASE("GPU split-KV decode form: the lse output with sinks, causal and padding") {
+    check_on_gpu(g_d32_lse_decode_layer(), 546);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -1,13 +1,14 @@
-// softmax_exp and softmax_exp2, the polynomial exponentials of the CPU schedules' softmax,
-// against std::exp and std::exp2 in double: on a dense grid over the softmax's whole input range,
-// on random points from a printed seed, and at its edges. Compiled with Halide's JIT for the host,
-// vectorized as the schedules vectorize it.
+// softmax_exp and softmax_exp2, the polynomial exponentials of the CPU schedules' softmax, and
+// softmax_log, the lse output's logarithm, against std::exp, std::exp2 and std::log in double: on a
+// dense grid over the softmax's whole input range, on random points from a printed seed, and at its
+// edges. Compiled with Halide's JIT for the host, vectorized as the schedules vectorize it.
 #include "dsl/attention_algorithm.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -150,4 +151,48 @@ TEST_CASE("softmax_exp2 is within 1.5e-7 relative of 2^x from x = -125.5 up to 1
         CHECK(got[3] == 0.0f);
         CHECK(got[4] == 0.0f);
     }
+}
+
+/** The largest error of softmax_log over `values`, relative to 1 + |log x|. */
+double log_scaled_error(const std::vector<float> &values) {
+    const std::vector<float> got = evaluate(attngen::softmax_log, values);
+    double worst = 0;
+    for (size_t i = 0; i < values.size(); i++) {
+        const double x = values[i], want = std::log(x);
+        INFO("x = " << x << ": got " << got[i] << ", want " << want);
+        REQUIRE(std::isfinite(got[i]));
+        worst =
+            std::max(worst, std::abs(static_cast<double>(got[i]) - want) / (1 + std::abs(want)));
+    }
+    return worst;
+}
+
+TEST_CASE("softmax_log is within 1.5e-7 (1 + |log x|) of log x over the normal floats") {
+    SECTION("every float in [1, 2) and its neighbours by powers of two, every 64th") {
+        // A softmax denominator is at least 1 and at most the number of keys.
+        std::vector<float> points;
+        for (uint32_t bits = 0x3f800000; bits < 0x40000000; bits += 64) {
+            float one_two = 0;
+            std::memcpy(&one_two, &bits, sizeof(bits));
+            for (const float power : {1.0f, 0.5f, 2.0f, 0x1p20f, 0x1p-30f})
+                points.push_back(one_two * power);
+        }
+        const double error = log_scaled_error(points);
+        INFO("max error / (1 + |log x|) " << error << ", tolerance 1.5e-7");
+        CHECK(error <= 1.5e-7);
+    }
+    SECTION("random points over the normal floats") {
+        const uint32_t seed = 20261129;
+        std::mt19937 rng(seed);
+        std::uniform_int_distribution<uint32_t> normal(0x00800000, 0x7f7fffff);
+        std::vector<float> points(1 << 16);
+        for (float &point : points) {
+            const uint32_t bits = normal(rng);
+            std::memcpy(&point, &bits, sizeof(bits));
+        }
+        const double error = log_scaled_error(points);
+        INFO("seed " << seed << ": max error / (1 + |log x|) " << error << ", tolerance 1.5e-7");
+        CHECK(error <= 1.5e-7);
+    }
+    CHECK(evaluate(attngen::softmax_log, {1.0f})[0] == 0.0f);
 }

@@ -338,3 +338,24 @@ TEST_CASE("sinks: a boolean field that round-trips, false by default") {
     attngen::spec_from_params({{"sinks", "maybe"}}, errors);
     CHECK(attngen::describe_errors(errors) == "sinks: expected true or false, got 'maybe'");
 }
+
+TEST_CASE("outputs: out or out, lse, round-tripping") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "64"}, {"outputs", "out, lse"}}, errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.lse_output);
+    CHECK(attngen::spec_to_params(parsed).at("outputs") == "out, lse");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(round_trip.lse_output);
+    CHECK(attngen::spec_to_params(sdpa(4, 64)).at("outputs") == "out");
+
+    for (const char *bad : {"lse", "out,", "out, lse, lse", "out, k", ""}) {
+        std::vector<attngen::SpecError> refused;
+        attngen::spec_from_params({{"outputs", bad}}, refused);
+        CHECK(attngen::describe_errors(refused) ==
+              std::string("outputs: expected 'out' or 'out, lse', got '") + bad + "'");
+    }
+}

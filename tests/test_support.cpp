@@ -309,6 +309,25 @@ double relative_error(const std::vector<float> &got, const std::vector<double> &
     return error / scale;
 }
 
+double lse_error(const std::vector<float> &got, const std::vector<double> &want) {
+    constexpr double infinity = std::numeric_limits<double>::infinity();
+    if (got.size() != want.size())
+        return infinity;
+    double error = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        const double g = got[i], w = want[i];
+        if (std::isnan(w) || std::isinf(w)) {
+            if (!(std::isnan(w) ? std::isnan(g) : g == w))
+                return infinity;
+            continue;
+        }
+        const double diff = std::abs(g - w) / std::max(1.0, std::abs(w));
+        if (!(diff <= error)) // NaN counts as infinite error
+            error = std::isnan(diff) ? infinity : diff;
+    }
+    return error;
+}
+
 double tolerance_for(attngen::DType dtype) {
     switch (dtype) {
     case attngen::DType::f16:
@@ -356,12 +375,27 @@ void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
             continue;
         Problem problem(layer.info, shape.batch, shape.query_len, shape.key_len, ++problem_seed);
         OutputBuffer out(layer.info.dtype, problem.out_elements());
-        attngen::Status status = attngen::run(layer, problem.arguments(out.data()));
+        attngen::Arguments args = problem.arguments(out.data());
+        // Not 0: the layer must write every element.
+        std::vector<float> lse(
+            static_cast<size_t>(shape.batch) * layer.info.heads * shape.query_len, 12345.0f);
+        if (layer.info.lse)
+            args.lse =
+                attngen::mutable_view(lse.data(), {shape.batch, layer.info.heads, shape.query_len});
+        attngen::Status status = attngen::run(layer, args);
         INFO(describe(problem, problem_seed) << ": " << status.message());
         REQUIRE(status.ok());
-        double error = relative_error(out.values(), reference_attention(problem.reference()));
+        std::vector<double> want_lse;
+        double error =
+            relative_error(out.values(), reference_attention(problem.reference(),
+                                                             layer.info.lse ? &want_lse : nullptr));
         INFO("relative error " << error << ", tolerance " << tolerance);
         CHECK(error <= tolerance);
+        if (layer.info.lse) {
+            const double lse_diff = lse_error(lse, want_lse);
+            INFO("lse error " << lse_diff << ", tolerance " << lse_tolerance);
+            CHECK(lse_diff <= lse_tolerance);
+        }
     }
 }
 

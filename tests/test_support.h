@@ -68,6 +68,20 @@ double relative_error(const std::vector<float> &got, const std::vector<double> &
  * f16/bf16 reference reads the same rounded inputs; the output rounding dominates). */
 double tolerance_for(attngen::DType dtype);
 
+/**
+ * The error of a layer's lse against the reference's: max |got - want| / max(1, |want|) over
+ * the finite elements; infinite where got is not exactly -inf where want is (a row that saw
+ * nothing), or not NaN where want is, or of another size.
+ */
+double lse_error(const std::vector<float> &got, const std::vector<double> &want);
+
+/**
+ * The lse tolerance: 1e-5 (f32 scores of up to a few hundred dot products, max + log of a sum
+ * of up to a few thousand exponentials), whatever the storage (the reference reads the same
+ * rounded inputs and the lse is f32).
+ */
+constexpr double lse_tolerance = 1e-5;
+
 /** "B=2 Lq=17 Lk=33 seed=123" for messages. */
 std::string describe(const Problem &problem, uint32_t seed);
 
@@ -84,7 +98,8 @@ std::vector<Shape> decode_shapes();
 
 /**
  * Runs `layer` on random problems of every shape (shapes_for(seed) unless given) and checks each
- * against the double-precision reference within tolerance_for(dtype).
+ * against the double-precision reference within tolerance_for(dtype), and a layer's lse (outputs
+ * = out, lse) within lse_tolerance.
  */
 void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
                              const std::vector<Shape> &extra_shapes = {});

@@ -114,6 +114,10 @@ struct Arguments {
                           ///< output rows at or past a sequence's length are written as zeros
     // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
     MutableTensor out;
+    // Layers with `outputs = out, lse`: each row's log-sum-exp, the natural log of its softmax
+    // denominator (sum over visible keys of exp(scaled score), plus exp(sink)), -inf for a row
+    // that sees no key and no sink (its output is 0). merge_attention takes (out, lse) pairs.
+    MutableTensor lse; ///< (B, H, Lq) f32
 
     // The run-time tensors and scalars a layer's score_mod or mask predicates declared, by name.
     std::vector<std::pair<std::string, Tensor>> tensors;
@@ -180,6 +184,7 @@ struct LayerInfo {
     RopeInfo rope;
     CacheInfo cache;
     bool sinks = false; ///< takes `sinks`, a logit per query head
+    bool lse = false;   ///< also writes `lse` (outputs = out, lse)
 };
 
 /** Where a layer variant runs. */
