@@ -116,6 +116,9 @@ contains "$work/out.txt" ": ok" "run checks rotary embeddings against the refere
 expect 0 "run partial interleaved rotary embeddings, split-KV" "$attngen" run "$llama" \
     --layer gptj_partial --shape 1,3,300 --runs 1 --schedule-params split_chunk=64
 contains "$work/out.txt" ": ok" "run checks the split-KV rotary layer against the reference"
+expect 0 "run a layer that writes its lse, split-KV" "$attngen" run "$llama" \
+    --layer cascade_part --shape 2,3,200 --runs 1
+contains "$work/out.txt" "max |lse - reference| / max(|reference|, 1) =" "run checks the lse"
 expect 0 "run documents" "$attngen" run "$spec" --layer documents --shape 1,33 --runs 1
 expect 1 "run with a scalar the layer lacks" "$attngen" run "$spec" --layer alibi --shape 1,4 \
     --scalar cap=2

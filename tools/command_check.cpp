@@ -32,13 +32,14 @@ int command_check(int argc, char **argv) {
                parsed.layers.size() == 1 ? "" : "s");
     for (const AttentionSpec &layer : parsed.layers)
         fmt::print("  {}: heads={} kv_heads={} head_dim={} model_dim={} dtype={} "
-                   "projections={} mask={}{}{}{}\n",
+                   "projections={} mask={}{}{}{}{}{}\n",
                    layer.name, layer.heads, layer.resolved_kv_heads(), layer.resolved_head_dim(),
                    layer.resolved_model_dim(), to_string(layer.dtype), to_string(layer.projections),
                    to_string(layer.mask), layer.rope.any() ? " rope=" + rope_text(layer.rope) : "",
                    layer.cache.any() ? " cache=" + cache_text(layer.cache) +
                                            " cache_dtype=" + to_string(layer.resolved_cache_dtype())
                                      : "",
+                   layer.sinks ? " sinks=true" : "", layer.lse_output ? " outputs=out,lse" : "",
                    layer.score_mod ? " score_mod" : "");
     return exit_ok;
 }

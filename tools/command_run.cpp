@@ -112,17 +112,28 @@ int command_run(int argc, char **argv) {
         fmt::print(stderr, "attngen run: {}\n", problem);
         return exit_user_error;
     }
+    // With outputs = out, lse the lse is realized and checked beside the output.
+    std::vector<Halide::Func> outputs = {out};
+    if (spec.lse_output)
+        outputs.push_back(stages.lse);
+    Halide::Pipeline pipeline(outputs);
+    add_lowering_passes(pipeline, stages);
     auto started = Clock::now();
-    use_scratch_pool(out.jit_handlers());
-    out.compile_jit(target);
+    use_scratch_pool(pipeline.jit_handlers());
+    pipeline.compile_jit(target);
     const double compile_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - started).count();
 
     Halide::Buffer<> result(problem.out_type, problem.out_extents);
+    Halide::Buffer<float> lse(shape.queries, spec.heads, shape.batch);
+    std::vector<Halide::Buffer<>> buffers = {result};
+    if (spec.lse_output)
+        buffers.push_back(lse);
+    Halide::Realization realization(buffers);
     std::vector<double> times;
     for (long run = 0; run <= *runs; run++) {
         started = Clock::now();
-        out.realize(result, target);
+        pipeline.realize(realization, target);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
         if (run > 0) // the first run warms caches and the thread pool
             times.push_back(ms);
@@ -142,11 +153,18 @@ int command_run(int argc, char **argv) {
         fmt::print("reference check skipped (--no-check)\n");
         return exit_ok;
     }
-    const OutputCheck check =
-        check_output(problem, result, reference_output(problem, problem.inputs));
+    std::vector<double> want_lse;
+    const OutputCheck check = check_output(
+        problem, result,
+        reference_output(problem, problem.inputs, spec.lse_output ? &want_lse : nullptr));
     fmt::print("max |out - reference| / max(max |reference|, 1) = {:.3g} (tolerance {:g}): {}\n",
                check.error, check.tolerance, check.ok() ? "ok" : "MISMATCH");
-    return check.ok() ? exit_ok : exit_internal_error;
+    if (!spec.lse_output)
+        return check.ok() ? exit_ok : exit_internal_error;
+    const OutputCheck lse_check = check_lse(lse, want_lse);
+    fmt::print("max |lse - reference| / max(|reference|, 1) = {:.3g} (tolerance {:g}): {}\n",
+               lse_check.error, lse_check.tolerance, lse_check.ok() ? "ok" : "MISMATCH");
+    return check.ok() && lse_check.ok() ? exit_ok : exit_internal_error;
 }
 
 } // namespace attngen::cli

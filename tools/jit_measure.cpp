@@ -119,6 +119,7 @@ Measurement JitBench::run_candidate(const std::string &scheduler, const ParamPoi
                     apply_schedule(stages, target_, "auto", schedule_params, shape_class_name);
                 !problem.empty())
                 return {"compile_error", problem, -1, {}};
+            add_lowering_passes(pipeline, stages);
         } else {
             for (auto &entry : problem_.images) {
                 Halide::Region region;

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 
 namespace attngen::cli {
@@ -235,7 +236,8 @@ void bind(LayerProblem &problem, InputSet &inputs) {
         entry.second.set(inputs.at(entry.first).buffer);
 }
 
-std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inputs) {
+std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inputs,
+                                     std::vector<double> *lse) {
     const AttentionSpec &spec = lp.spec;
     attngen_test::ReferenceProblem problem;
     problem.batch = lp.shape.batch;
@@ -308,7 +310,30 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
                     return false;
             return true;
         };
-    return attngen_test::reference_attention(problem);
+    return attngen_test::reference_attention(problem, lse);
+}
+
+OutputCheck check_lse(const Halide::Buffer<float> &lse, const std::vector<double> &want) {
+    OutputCheck check;
+    check.tolerance = 1e-5;
+    const int rows = lse.dim(0).extent(), heads = lse.dim(1).extent();
+    for (int b = 0; b < lse.dim(2).extent(); b++)
+        for (int h = 0; h < heads; h++)
+            for (int q = 0; q < rows; q++) {
+                const double got = lse(q, h, b);
+                const double w = want[(static_cast<size_t>(b) * heads + h) * rows + q];
+                double error = 0;
+                if (!std::isfinite(w))
+                    error = (std::isnan(w) ? std::isnan(got) : got == w)
+                                ? 0
+                                : std::numeric_limits<double>::infinity();
+                else
+                    error = std::abs(got - w) / std::max(1.0, std::abs(w));
+                if (!(error <= check.error)) // NaN counts as infinite
+                    check.error =
+                        std::isnan(error) ? std::numeric_limits<double>::infinity() : error;
+            }
+    return check;
 }
 
 double output_tolerance(DType dtype) {

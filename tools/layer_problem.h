@@ -78,7 +78,8 @@ std::vector<InputSet> make_input_sets(const LayerProblem &problem, int count, ui
 void bind(LayerProblem &problem, InputSet &inputs);
 
 /** The double-precision reference output for `inputs`, in the output buffer's element order. */
-std::vector<double> reference_output(const LayerProblem &problem, const InputSet &inputs);
+std::vector<double> reference_output(const LayerProblem &problem, const InputSet &inputs,
+                                     std::vector<double> *lse = nullptr);
 
 /** The relative error a layer of this storage type may have (f32 1e-5, f16 2e-3, bf16 1.6e-2). */
 double output_tolerance(DType dtype);
@@ -99,6 +100,13 @@ struct OutputCheck {
 /** Checks `out` against `want` (from reference_output) with the problem's tolerance. */
 OutputCheck check_output(const LayerProblem &problem, const Halide::Buffer<> &out,
                          const std::vector<double> &want);
+
+/**
+ * A layer's lse (outputs = out, lse; Halide order (q, h, b)) against the reference's (B, H, Lq):
+ * max |lse - want| / max(|want|, 1) over the finite elements, infinite where a -inf or NaN of the
+ * reference is not matched exactly; the tolerance is 1e-5.
+ */
+OutputCheck check_lse(const Halide::Buffer<float> &lse, const std::vector<double> &want);
 
 /** 4 * B * H * Lq * Lk * D: the multiply-adds of scores and P·V, twice. */
 double attention_flops(const AttentionSpec &spec, const ProblemShape &shape);
