@@ -7,8 +7,10 @@
 #include "agreement.h"
 #include "bench_cache_contiguous.h"
 #include "bench_cache_contiguous_f16.h"
+#include "bench_cache_contiguous_i8.h"
 #include "bench_cache_paged.h"
 #include "bench_cache_paged_f16.h"
+#include "bench_cache_paged_i8.h"
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
 #include "bench_d128_causal_reference.h"
@@ -1057,10 +1059,36 @@ float cache_value(uint64_t b, uint64_t h, uint64_t position, uint64_t d, uint64_
     return static_cast<float>(static_cast<double>(z >> 40) / double(1 << 23) - 1.0);
 }
 
-/** `value` as the cache stores it, read back as a float. */
-float stored_value(attngen::DType dtype, float value) {
-    return dtype == attngen::DType::f16 ? attngen_test::from_f16(attngen_test::to_f16(value))
-                                        : value;
+/** A row of a cache as `dtype` stores it: its bytes, its scale (i8), what it reads back as. */
+struct StoredRow {
+    uint8_t bytes[512];
+    float scale = 1.0f;
+    std::vector<float> values;
+};
+
+/** `values` (dim of them) as a row of a `dtype` cache. */
+StoredRow stored_row(attngen::DType dtype, const float *values, int64_t dim) {
+    StoredRow row;
+    row.values.assign(values, values + dim);
+    const size_t element = attngen::dtype_size(dtype);
+    if (dtype == attngen::DType::i8) {
+        int8_t quantized[512];
+        row.scale = attngen_test::quantize_i8(row.values.data(), row.values.size(), quantized);
+        for (int64_t d = 0; d < dim; d++)
+            row.values[d] = static_cast<float>(quantized[d]) * row.scale;
+        std::memcpy(row.bytes, quantized, static_cast<size_t>(dim));
+        return row;
+    }
+    for (int64_t d = 0; d < dim; d++) {
+        if (dtype == attngen::DType::f16) {
+            const uint16_t half = attngen_test::to_f16(row.values[d]);
+            row.values[d] = attngen_test::from_f16(half);
+            std::memcpy(row.bytes + d * element, &half, element);
+        } else {
+            std::memcpy(row.bytes + d * element, &row.values[d], element);
+        }
+    }
+    return row;
 }
 
 /**
@@ -1081,8 +1109,11 @@ CacheResult measure_cache(const attngen::Layer &contiguous, const attngen::Layer
     for (int64_t b = 0; b < batch_size; b++)
         lengths[b] = static_cast<int32_t>(longest / 2 + (longest / 2) * (b + 1) / batch_size - 1);
     CacheResult result;
+    // An i8 cache reads a 4-byte scale per row too.
+    const bool quantized = dtype == attngen::DType::i8;
+    const double row_read = double(dim * element) + (quantized ? 4.0 : 0.0);
     for (int32_t length : lengths)
-        result.bytes += 2.0 * double(length + 1) * double(kv_heads * dim * element);
+        result.bytes += 2.0 * double(length + 1) * double(kv_heads) * row_read;
 
     // The contiguous caches (B, Hkv, longest, D), and the paged ones in shuffled blocks.
     const int64_t max_blocks = longest / cache_block;
@@ -1105,30 +1136,31 @@ CacheResult measure_cache(const attngen::Layer &contiguous, const attngen::Layer
     std::vector<uint8_t> caches[4] = {
         std::vector<uint8_t>(contiguous_bytes), std::vector<uint8_t>(contiguous_bytes),
         std::vector<uint8_t>(paged_bytes), std::vector<uint8_t>(paged_bytes)};
-    std::vector<float> row(static_cast<size_t>(dim));
+    std::vector<float> values(static_cast<size_t>(dim));
+    // An i8 cache's scales, a float per row, in the same order.
+    std::vector<float> scales[4];
+    for (int i = 0; i < 4 && quantized; i++)
+        scales[i].resize((i < 2 ? contiguous_bytes : paged_bytes) / row_bytes);
     for (int64_t b = 0; b < batch_size; b++)
         for (int64_t h = 0; h < kv_heads; h++)
             for (int64_t p = 0; p < lengths[b]; p++)
                 for (uint64_t which = 0; which < 2; which++) {
-                    uint8_t bytes[512];
-                    for (int64_t d = 0; d < dim; d++) {
-                        const float value = cache_value(b, h, p, d, which);
-                        if (dtype == attngen::DType::f16) {
-                            const uint16_t half = attngen_test::to_f16(value);
-                            std::memcpy(bytes + d * element, &half, element);
-                        } else {
-                            std::memcpy(bytes + d * element, &value, element);
-                        }
-                    }
+                    for (int64_t d = 0; d < dim; d++)
+                        values[d] = cache_value(b, h, p, d, which);
+                    const StoredRow row = stored_row(dtype, values.data(), dim);
                     const int64_t block = table[b * max_blocks + p / cache_block];
-                    const size_t at_contiguous =
-                        static_cast<size_t>((b * kv_heads + h) * longest + p) * row_bytes;
-                    const size_t at_paged =
-                        static_cast<size_t>((block * kv_heads + h) * cache_block +
-                                            p % cache_block) *
-                        row_bytes;
-                    std::memcpy(caches[which].data() + at_contiguous, bytes, row_bytes);
-                    std::memcpy(caches[2 + which].data() + at_paged, bytes, row_bytes);
+                    const size_t contiguous_row =
+                        static_cast<size_t>((b * kv_heads + h) * longest + p);
+                    const size_t paged_row =
+                        static_cast<size_t>((block * kv_heads + h) * cache_block + p % cache_block);
+                    std::memcpy(caches[which].data() + contiguous_row * row_bytes, row.bytes,
+                                row_bytes);
+                    std::memcpy(caches[2 + which].data() + paged_row * row_bytes, row.bytes,
+                                row_bytes);
+                    if (quantized) {
+                        scales[which][contiguous_row] = row.scale;
+                        scales[2 + which][paged_row] = row.scale;
+                    }
                 }
     const std::vector<float> query = random_tensor(rng, batch_size * heads * dim);
     const std::vector<float> key = random_tensor(rng, batch_size * kv_heads * dim);
@@ -1149,11 +1181,23 @@ CacheResult measure_cache(const attngen::Layer &contiguous, const attngen::Layer
             args.v_cache = attngen::mutable_view(caches[3].data(), dtype,
                                                  {blocks, kv_heads, cache_block, dim});
             args.block_table = attngen::view(table.data(), {batch_size, max_blocks});
+            if (quantized) {
+                args.k_scales =
+                    attngen::mutable_view(scales[2].data(), {blocks, kv_heads, cache_block});
+                args.v_scales =
+                    attngen::mutable_view(scales[3].data(), {blocks, kv_heads, cache_block});
+            }
         } else {
             args.k_cache = attngen::mutable_view(caches[0].data(), dtype,
                                                  {batch_size, kv_heads, longest, dim});
             args.v_cache = attngen::mutable_view(caches[1].data(), dtype,
                                                  {batch_size, kv_heads, longest, dim});
+            if (quantized) {
+                args.k_scales =
+                    attngen::mutable_view(scales[0].data(), {batch_size, kv_heads, longest});
+                args.v_scales =
+                    attngen::mutable_view(scales[1].data(), {batch_size, kv_heads, longest});
+            }
         }
         args.out = attngen::mutable_view(outs[use_paged].data(), {batch_size, heads, 1, dim});
         attngen::Status call = attngen::run(use_paged ? paged : contiguous, args);
@@ -1187,12 +1231,15 @@ CacheResult measure_cache(const attngen::Layer &contiguous, const attngen::Layer
         std::vector<float> k(static_cast<size_t>(kv_heads * keys * dim)), v(k.size());
         for (int64_t h = 0; h < kv_heads; h++)
             for (int64_t p = 0; p < keys; p++)
-                for (int64_t d = 0; d < dim; d++) {
-                    const size_t at = static_cast<size_t>((h * keys + p) * dim + d);
-                    const size_t fresh = static_cast<size_t>((b * kv_heads + h) * dim + d);
-                    const bool is_new = p == lengths[b];
-                    k[at] = stored_value(dtype, is_new ? key[fresh] : cache_value(b, h, p, d, 0));
-                    v[at] = stored_value(dtype, is_new ? value[fresh] : cache_value(b, h, p, d, 1));
+                for (uint64_t which = 0; which < 2; which++) {
+                    // The new token as the layer stores it too (an i8 row by its own scale).
+                    const float *fresh =
+                        (which == 0 ? key : value).data() + (b * kv_heads + h) * dim;
+                    for (int64_t d = 0; d < dim; d++)
+                        values[d] = p == lengths[b] ? fresh[d] : cache_value(b, h, p, d, which);
+                    const StoredRow row = stored_row(dtype, values.data(), dim);
+                    std::copy(row.values.begin(), row.values.end(),
+                              (which == 0 ? k : v).begin() + (h * keys + p) * dim);
                 }
         const std::vector<double> want =
             decode_reference(info, keys, query.data() + b * heads * dim, k.data(), v.data());
@@ -1618,31 +1665,42 @@ int main(int argc, char **argv) {
                    "blocks, alternating; GB/s = cached K and V bytes read / contiguous time; "
                    "probe as above;\nbw = GB/s / probe (\"probe\": above 100%, a probe failure); "
                    "paged = median of paged ms / contiguous "
-                   "ms; check: first and last sequences against float64\n\n",
+                   "ms; f16/i8 = the f16 row's contig ms / the i8 row's (i8: a byte per element "
+                   "and an f32 scale per row);\ncheck: first and last sequences against float64 "
+                   "over the cache as stored\n\n",
                    info.heads, info.kv_heads, info.head_dim, rounds_text(options.rounds));
         const std::string header = fmt::format(
-            "{:>3} | {:>6} | {:>5} | {:>9} | {:>7} | {:>7} | {:>5} | {:>9} | {:>5} | {}", "B",
-            "max Lk", "cache", "contig ms", "GB/s", "probe", "bw", "paged ms", "paged", "check");
+            "{:>3} | {:>6} | {:>5} | {:>9} | {:>7} | {:>7} | {:>5} | {:>9} | {:>5} | {:>6} | {}",
+            "B", "max Lk", "cache", "contig ms", "GB/s", "probe", "bw", "paged ms", "paged",
+            "f16/i8", "check");
         fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
         attngen_bench::ReadProbe probe(options.threads);
         const std::pair<const attngen::Layer *, const attngen::Layer *> pairs[] = {
             {&bench_cache_contiguous_layer(), &bench_cache_paged_layer()},
-            {&bench_cache_contiguous_f16_layer(), &bench_cache_paged_f16_layer()}};
+            {&bench_cache_contiguous_f16_layer(), &bench_cache_paged_f16_layer()},
+            {&bench_cache_contiguous_i8_layer(), &bench_cache_paged_i8_layer()}};
         for (const CacheRow &row : cache_rows) {
             const int64_t longest =
                 options.max_len_given ? std::min(row.longest, options.max_len) : row.longest;
+            double f16_ms = std::numeric_limits<double>::quiet_NaN();
             for (auto [contiguous, paged] : pairs) {
+                const attngen::DType dtype = contiguous->info.cache.dtype;
                 const CacheResult result =
                     measure_cache(*contiguous, *paged, row.batch, longest, options.rounds, probe);
                 if (std::strcmp(result.check, "ok") != 0)
                     failures++;
+                if (dtype == attngen::DType::f16)
+                    f16_ms = result.contiguous_ms;
                 const double gbps = result.bytes / result.contiguous_ms * 1e-6;
-                fmt::print("{:>3} | {:>6} | {:>5} | {} | {} | {} | {} | {} | {} | {}\n", row.batch,
-                           longest, attngen::dtype_name(contiguous->info.cache.dtype),
-                           column(result.contiguous_ms, 9, 3), column(gbps, 7, 1),
-                           column(result.probe_gbps, 7, 1),
-                           bandwidth_share(gbps, result.probe_gbps), column(result.paged_ms, 9, 3),
-                           column(result.ratio, 5, 2), result.check);
+                fmt::print(
+                    "{:>3} | {:>6} | {:>5} | {} | {} | {} | {} | {} | {} | {} | {}\n", row.batch,
+                    longest, attngen::dtype_name(dtype), column(result.contiguous_ms, 9, 3),
+                    column(gbps, 7, 1), column(result.probe_gbps, 7, 1),
+                    bandwidth_share(gbps, result.probe_gbps), column(result.paged_ms, 9, 3),
+                    column(result.ratio, 5, 2),
+                    dtype == attngen::DType::i8 ? column(f16_ms / result.contiguous_ms, 6, 2, "x")
+                                                : fmt::format("{:>6}", "-"),
+                    result.check);
                 std::fflush(stdout);
             }
         }

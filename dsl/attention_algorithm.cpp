@@ -55,15 +55,16 @@ void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     t.scores(k, q, h, b) +=
         t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
 
-    Expr score = t.scores(k, q, h, b);
+    // An i8 cache's keys are integers: the row's scale multiplies the dot product once.
+    Expr score = t.k_scale.defined() ? t.scores(k, q, h, b) * t.k_scale(k, kv_head, b)
+                                     : Expr(t.scores(k, q, h, b));
     // The expressions see a cached layer's queries at their positions in the sequence.
     Expr expression_q = spec.cache.any() ? position + in.cache_lengths(b) : position;
     Expr visible = predicates_visible(spec, in, k, expression_q, h, b);
     const double units = score_units(spec, options);
     if (spec.mask.additive) {
-        Expr bias = f32(in.attn_bias(Halide::clamp(k, 0, last_key),
-                                     Halide::clamp(position, 0, last_query), h, b),
-                        options.native_f16);
+        Expr bias = t.widened(in.attn_bias(Halide::clamp(k, 0, last_key),
+                                           Halide::clamp(position, 0, last_query), h, b));
         // In base 2 the bias is scaled too.
         score += units == 1.0 ? bias : bias * static_cast<float>(units);
         // A -inf bias masks even when a score_mod would make something finite of it; a NaN bias
@@ -185,6 +186,15 @@ RDom value_keys(const AttentionStages &t, const SoftmaxParts &parts, const Expr 
     return r;
 }
 
+/**
+ * Probability `p` of key `key` as P·V weighs its V row: times the row's scale where V is an i8
+ * cache's (v_heads then holds its integers), once per key rather than per element.
+ */
+Expr value_weight(const AttentionStages &t, const Expr &p, const Expr &key, const Expr &kv_head,
+                  const Expr &b) {
+    return t.v_scale.defined() ? p * t.v_scale(key, kv_head, b) : p;
+}
+
 /** The plain form: each query's whole row of keys, its max, sum and P·V (unnormalized). */
 void define_whole_rows(AttentionStages &t, const AttentionInputs &in, const SoftmaxParts &parts) {
     Var d = t.d, q = t.q, k = t.k, h = t.h, b = t.b;
@@ -202,7 +212,8 @@ void define_whole_rows(AttentionStages &t, const AttentionInputs &in, const Soft
     t.r_values = value_keys(t, parts, in.key_len, 0);
     t.weighted_sum(d, q, h, b) = 0.0f;
     t.weighted_sum(d, q, h, b) +=
-        t.probs(t.r_values, q, h, b) * t.v_heads(d, t.r_values, kv_head, b);
+        value_weight(t, t.probs(t.r_values, q, h, b), t.r_values, kv_head, b) *
+        t.v_heads(d, t.r_values, kv_head, b);
 }
 
 /**
@@ -273,8 +284,10 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
     t.part_out(d, j, q, h, b) = 0.0f;
     // The last chunk may run past Lk: its extra keys are never visited, but bounds
     // inference does not see the `where`, so the read of V is clamped.
+    Expr read_key = Halide::min(value_key, last_key);
     t.part_out(d, j, q, h, b) +=
-        t.probs(value_key, q, h, b) * t.v_heads(d, Halide::min(value_key, last_key), kv_head, b);
+        value_weight(t, t.probs(value_key, q, h, b), read_key, kv_head, b) *
+        t.v_heads(d, read_key, kv_head, b);
 
     // The combine reads the chunk results only through `partials`, so a schedule may
     // compute a chunk's statistics inside its loop over chunks.
@@ -372,10 +385,11 @@ void define_fold(AttentionStages &t, const AttentionInputs &in, const KeyRange &
     Expr rescale = exponential(m - m_new);
     Expr weight = Halide::select(later, state[weight_at], exponential(step_max - m_new));
     Expr p = t.probs(key, query, h, b) * weight;
+    Expr p_value = value_weight(t, p, key, kv_head, b);
     std::vector<Expr> updated;
     for (int i = 0; i < width; i++) {
         Expr o = Halide::select(later, state[i], state[i] * rescale);
-        updated.push_back(o + p * t.v_heads(dg * width + i, key, kv_head, b));
+        updated.push_back(o + p_value * t.v_heads(dg * width + i, key, kv_head, b));
     }
     updated.push_back(Halide::select(later, m, m_new));
     updated.push_back(Halide::select(later, state[sum_at], state[sum_at] * rescale) + p);
@@ -653,10 +667,30 @@ std::string buffer_name(const Func &input) {
 }
 
 /**
+ * An i8 cache's new rows from `rows` (d, t, h, b): `scales` (t, h, b) = max |x| / 127 over the
+ * row, and `values` = round(x / scale) (ties to even), in [-127, 127]; 0 where the scale is 0
+ * or not finite (a NaN or an infinity in the row, which the scale then holds).
+ */
+void define_quantized(const AttentionStages &s, Func rows, Func values, Func scales) {
+    Var d = s.d, k = s.k, h = s.h, b = s.b;
+    // The largest magnitude by its bits: for magnitudes, integer order is float order, and NaN
+    // and the infinities lie above every finite value (a float max under fast-math flags may
+    // drop a NaN).
+    Expr magnitude = Halide::reinterpret<int32_t>(rows(s.r_head_dim, k, h, b)) & 0x7fffffff;
+    scales(k, h, b) = Halide::reinterpret<float>(Halide::maximum(magnitude)) / 127.0f;
+    Expr scale = scales(k, h, b);
+    Expr scale_bits = Halide::reinterpret<int32_t>(scale);
+    Expr usable = scale_bits > 0 && scale_bits < bits_of(std::numeric_limits<float>::infinity());
+    Expr rounded = Halide::clamp(Halide::round(rows(d, k, h, b) / scale), -127.0f, 127.0f);
+    values(d, k, h, b) = Halide::cast<int8_t>(Halide::select(usable, rounded, 0.0f));
+}
+
+/**
  * A cached layer: `rows` are the new tokens' (d, t, h, b), t in query order. The new keys
  * (rotated) and values become k_new and v_new in the cache's type; a key k of sequence b is then
  * read from the cache below its cache length, and from k_new above it, so that new tokens see
- * their own keys as every later call will.
+ * their own keys as every later call will. An i8 cache's k_heads and v_heads are its integers,
+ * and k_scale and v_scale their rows' scales.
  */
 void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const HeadRows &rows,
                          float scale) {
@@ -677,29 +711,44 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         k_rows = s.k_rope;
     }
     s.cache_buffers = {buffer_name(in.k_cache), buffer_name(in.v_cache)};
+    const bool quantized = spec.resolved_cache_dtype() == DType::i8;
     const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
     s.k_new = in.k_new;
     s.v_new = in.v_new;
-    s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
-    s.v_new(d, k, h, b) = narrowed(cached, rows.values(d, k, h, b));
+    if (quantized) {
+        s.k_new_scales = in.k_new_scales;
+        s.v_new_scales = in.v_new_scales;
+        define_quantized(s, k_rows, s.k_new, s.k_new_scales);
+        define_quantized(s, rows.values, s.v_new, s.v_new_scales);
+    } else {
+        s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
+        s.v_new(d, k, h, b) = narrowed(cached, rows.values(d, k, h, b));
+    }
     s.q_heads(d, q, h, b) = q_rows(d, rows.q_at, h, b) * scale;
     Expr cache_length = in.cache_lengths(b);
     Expr new_row = Halide::clamp(k - cache_length, 0, last_query);
-    auto from_cache = [&](const Func &cache) {
-        if (spec.cache.kind == CacheSpec::Kind::contiguous)
-            return cache(d, Halide::clamp(k, 0, in.cache_extents[1] - 1), h, b);
+    // A cache's element d of key k, and the key's scale (i8), at its position.
+    auto from_cache = [&](const Func &cache, const Expr &at) {
+        if (spec.cache.kind == CacheSpec::Kind::contiguous) {
+            Expr position = Halide::clamp(k, 0, in.cache_extents[1] - 1);
+            return at.defined() ? cache(at, position, h, b) : cache(position, h, b);
+        }
         // Clamped for bounds inference; the runtime checked the blocks a sequence uses.
         const int block_size = spec.cache.block_size;
         Expr logical = Halide::clamp(k / block_size, 0, in.max_blocks - 1);
         Expr block = Halide::clamp(in.block_table(logical, b), 0, in.cache_extents[3] - 1);
-        return cache(d, k % block_size, h, block);
+        return at.defined() ? cache(at, k % block_size, h, block) : cache(k % block_size, h, block);
     };
-    s.k_heads(d, k, h, b) =
-        f32(Halide::select(k < cache_length, from_cache(in.k_cache), s.k_new(d, new_row, h, b)),
-            s.options.native_f16);
-    s.v_heads(d, k, h, b) =
-        f32(Halide::select(k < cache_length, from_cache(in.v_cache), s.v_new(d, new_row, h, b)),
-            s.options.native_f16);
+    s.k_heads(d, k, h, b) = s.widened(
+        Halide::select(k < cache_length, from_cache(in.k_cache, d), s.k_new(d, new_row, h, b)));
+    s.v_heads(d, k, h, b) = s.widened(
+        Halide::select(k < cache_length, from_cache(in.v_cache, d), s.v_new(d, new_row, h, b)));
+    if (quantized) {
+        s.k_scale(k, h, b) = Halide::select(k < cache_length, from_cache(in.k_scales, Expr()),
+                                            s.k_new_scales(new_row, h, b));
+        s.v_scale(k, h, b) = Halide::select(k < cache_length, from_cache(in.v_scales, Expr()),
+                                            s.v_new_scales(new_row, h, b));
+    }
 }
 
 /**
@@ -714,20 +763,19 @@ void define_projections(AttentionStages &s, const AttentionInputs &in) {
     Var in_feature = s.c, out_feature{"o"}; // of the weights, as nn.Linear names them
     s.r_model = RDom(0, spec.resolved_model_dim(), "r_model");
     s.q_rows(in_feature, q, b) =
-        f32(in.x(in_feature, Halide::clamp(q, 0, in.query_len - 1), b), s.options.native_f16);
+        s.widened(in.x(in_feature, Halide::clamp(q, 0, in.query_len - 1), b));
     // Self-attention's keys are its queries (Lk = Lq): one Func, so that a schedule can
     // prepare x once for all three projections.
     if (spec.cross_attention)
-        s.kv_rows(in_feature, k, b) = f32(
-            in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b), s.options.native_f16);
+        s.kv_rows(in_feature, k, b) =
+            s.widened(in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b));
     else
         s.kv_rows = s.q_rows;
     Expr row = h * head_dim + d;
     auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
                        const Func &raw_weight, const Func &bias) {
-        weight(in_feature, out_feature) =
-            f32(raw_weight(in_feature, out_feature), s.options.native_f16);
-        stage(d, pos, h, b) = proj.bias ? f32(bias(row), s.options.native_f16) : Expr(0.0f);
+        weight(in_feature, out_feature) = s.widened(raw_weight(in_feature, out_feature));
+        stage(d, pos, h, b) = proj.bias ? s.widened(bias(row)) : Expr(0.0f);
         stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
     };
     project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
@@ -768,28 +816,26 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
         // The new tokens' keys and values have Lq rows, as the queries do.
         Func query("query_f32"), key("key_f32"), value("value_f32");
         Expr row = Halide::clamp(q, 0, last_query);
-        query(d, q, h, b) = f32(in.query(d, row, h, b), s.options.native_f16);
-        key(d, q, h, b) = f32(in.key(d, row, h, b), s.options.native_f16);
-        value(d, q, h, b) = f32(in.value(d, row, h, b), s.options.native_f16);
+        query(d, q, h, b) = s.widened(in.query(d, row, h, b));
+        key(d, q, h, b) = s.widened(in.key(d, row, h, b));
+        value(d, q, h, b) = s.widened(in.value(d, row, h, b));
         define_cached_heads(s, in, {query, key, value, query_row}, scale);
         return;
     }
     if (spec.rope.any()) {
         Func query("query_f32"), key("key_f32");
-        query(d, q, h, b) =
-            f32(in.query(d, Halide::clamp(q, 0, last_query), h, b), s.options.native_f16);
-        key(d, k, h, b) = f32(in.key(d, Halide::clamp(k, 0, last_key), h, b), s.options.native_f16);
+        query(d, q, h, b) = s.widened(in.query(d, Halide::clamp(q, 0, last_query), h, b));
+        key(d, k, h, b) = s.widened(in.key(d, Halide::clamp(k, 0, last_key), h, b));
         define_rotated_heads(s, in, {query, key, Func(), query_row}, scale);
     } else {
-        s.q_heads(d, q, h, b) = f32(in.query(d, query_row, h, b), s.options.native_f16) * scale;
-        s.k_heads(d, k, h, b) =
-            f32(in.key(d, Halide::clamp(k, 0, last_key), h, b), s.options.native_f16);
+        s.q_heads(d, q, h, b) = s.widened(in.query(d, query_row, h, b)) * scale;
+        s.k_heads(d, k, h, b) = s.widened(in.key(d, Halide::clamp(k, 0, last_key), h, b));
     }
     // The whole-row and chunks forms read values only at visible keys: no clamp needed.
     // The online form's last step runs past Lk, with probability 0: clamped there.
     const bool online = s.options.form == AttentionForm::online;
-    s.v_heads(d, k, h, b) = f32(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b),
-                                s.options.native_f16);
+    s.v_heads(d, k, h, b) =
+        s.widened(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
 }
 
 /**
@@ -809,6 +855,8 @@ RowResult with_whole_rows(AttentionStages &s, const AttentionInputs &in, const R
         rows->v_heads = Func("v_heads_rows");
         rows->v_heads(s.v_heads.args()) = s.v_heads.value();
     }
+    rows->k_scale = s.k_scale;
+    rows->v_scale = s.v_scale;
     rows->r_head_dim = s.r_head_dim;
     s.use_rows = in.key_len <= s.options.rows_up_to;
     AlgorithmOptions rows_options = s.options;
@@ -847,10 +895,8 @@ void define_output(AttentionStages &s, const AttentionInputs &in, const RowResul
     if (has_out) {
         s.r_concat = RDom(0, head_dim, 0, spec.heads, "r_concat");
         Expr concat_row = s.r_concat.y * head_dim + s.r_concat.x;
-        s.out_proj(c, q, b) =
-            spec.projections.bias ? f32(in.bo(c), s.options.native_f16) : Expr(0.0f);
-        s.o_weight(in_feature, out_feature) =
-            f32(in.wo(in_feature, out_feature), s.options.native_f16);
+        s.out_proj(c, q, b) = spec.projections.bias ? s.widened(in.bo(c)) : Expr(0.0f);
+        s.o_weight(in_feature, out_feature) = s.widened(in.wo(in_feature, out_feature));
         s.out_proj(c, q, b) += attention(s.r_concat.x, q, s.r_concat.y) * s.o_weight(concat_row, c);
         s.result = s.out_proj;
     } else {
@@ -874,6 +920,10 @@ void define_output(AttentionStages &s, const AttentionInputs &in, const RowResul
 }
 
 } // namespace
+
+Expr AttentionStages::widened(const Expr &stored) const {
+    return f32(stored, options.native_f16);
+}
 
 AttentionStages build_attention(const AttentionSpec &spec, const AttentionInputs &in, Func output,
                                 const AlgorithmOptions &requested) {

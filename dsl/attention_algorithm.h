@@ -40,6 +40,9 @@ struct AttentionInputs {
      * length Lq, and key_len is the longest sequence after the call (key_count).
      */
     Halide::Func k_cache, v_cache, block_table, cache_lengths, query_lengths;
+    /** An i8 cache's scales, f32, the caches' dims without d: (capacity, Hkv, B) or paged
+     * (block_size, Hkv, blocks); element (p, h, ...) = k_cache(d, p, h, ...) / its int value. */
+    Halide::Func k_scales, v_scales;
     std::vector<Halide::Expr> cache_extents; ///< of k_cache (v_cache's are the same)
     Halide::Expr max_blocks;                 ///< block_table's extent per sequence
     /**
@@ -47,6 +50,9 @@ struct AttentionInputs {
      * (rotated) and values (d, t, hkv, b) in the cache's type. A generator passes its Outputs.
      */
     Halide::Func k_new{"new_keys"}, v_new{"new_values"};
+    /** An i8 cache's other outputs, which build_attention defines: the new rows' scales (t,
+     * hkv, b) f32. A generator passes its Outputs. */
+    Halide::Func k_new_scales{"new_key_scales"}, v_new_scales{"new_value_scales"};
     /** With spec.lse_output, the lse output (q, h, b) f32, which build_attention defines. */
     Halide::Func lse{"lse"};
     Halide::Expr query_len, key_len;
@@ -186,6 +192,18 @@ struct AttentionStages {
      * without a cache. With rope, q_rope and k_rope are then in the new tokens' order.
      */
     Halide::Func k_new{"new_keys"}, v_new{"new_values"};
+    /**
+     * An i8 cache's new rows' scales (t, hkv, b) f32, outputs too: max |x| / 127 over the row's
+     * d, with k_new and v_new round(x / scale) (ties to even) in [-127, 127]; undefined
+     * otherwise.
+     */
+    Halide::Func k_new_scales{"new_key_scales"}, v_new_scales{"new_value_scales"};
+    /**
+     * An i8 cache's scale of key k's K and V rows (k, hkv, b), from k_scales/v_scales or the new
+     * rows'; k_heads and v_heads are then the rows' integers, and the scores and P·V multiply by
+     * these once per key. Undefined otherwise.
+     */
+    Halide::Func k_scale{"key_scale"}, v_scale{"value_scale"};
     Halide::Var pair{"pair"}, position{"position"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
@@ -246,6 +264,8 @@ struct AttentionStages {
     Halide::RDom r_values;
     /** The form these stages were written in (effective_options), which schedules read. */
     AlgorithmOptions options;
+    /** A stored value read as f32, f16 widened as options.native_f16 says (attention_terms.h). */
+    Halide::Expr widened(const Halide::Expr &stored) const;
     /** A cached layer's cache buffers (k_cache and v_cache by name); empty without a cache. */
     std::set<std::string> cache_buffers;
     /**

@@ -337,6 +337,9 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
     if (std::string reserved = why_reserved_layer_name(spec.name); !reserved.empty())
         fail("name", "'" + spec.name + "' is " + reserved +
                          "; a layer's name becomes the C++ function of its entry point");
+    if (spec.dtype == DType::i8)
+        fail("dtype", "i8 is a KV cache's storage only (cache_dtype = i8); the inputs and the "
+                      "output are f32, f16 or bf16");
     if (spec.heads < 1 || spec.heads > 4096)
         fail("heads", "must be in 1..4096, got " + std::to_string(spec.heads));
     if (spec.kv_heads < 0 || spec.kv_heads > 4096)
@@ -415,12 +418,14 @@ const char *to_string(DType dtype) {
         return "f16";
     case DType::bf16:
         return "bf16";
+    case DType::i8:
+        return "i8";
     }
     return "f32";
 }
 
 std::optional<DType> parse_dtype(const std::string &text) {
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::i8})
         if (text == to_string(dtype))
             return dtype;
     return std::nullopt;
@@ -655,7 +660,7 @@ void read_rope_and_cache(const ParamReader &reader, AttentionSpec &spec) {
         if (std::optional<DType> dtype = parse_dtype(*text))
             spec.cache.dtype = *dtype;
         else
-            reader.bad("cache_dtype", "f32, f16, bf16 or 'default'", *text);
+            reader.bad("cache_dtype", "f32, f16, bf16, i8 or 'default'", *text);
     }
 }
 

@@ -12,7 +12,14 @@
 namespace attngen {
 
 /** Storage type of inputs and outputs. Arithmetic is always float32. */
-enum class DType { f32, f16, bf16 };
+enum class DType {
+    f32,
+    f16,
+    bf16,
+    /// Signed 8-bit values with one f32 scale per (token, kv head): a KV cache's storage only
+    /// (cache_dtype = i8; docs/cache.md, "8-bit caches").
+    i8,
+};
 
 /** Which linear layers surround the attention core. All of q, k and v, or none of them. */
 struct Projections {

@@ -17,6 +17,8 @@ Halide::Type storage_type(DType dtype) {
         return Halide::Float(16);
     case DType::bf16:
         return Halide::BFloat(16);
+    case DType::i8:
+        return Halide::Int(8);
     }
     return Halide::Float(32);
 }

@@ -456,18 +456,20 @@ class Parser {
         return true;
     }
 
-    // f32 | f16 | bf16
+    // f32 | f16 | bf16, and i8 for cache_dtype
     bool parse_dtype_value(const std::string &field, DType &value) {
         const Token token = peek();
+        const std::string choices =
+            field == "cache_dtype" ? "f32, f16, bf16 or i8" : "f32, f16 or bf16";
         if (token.kind != Token::Kind::name) {
-            expected("f32, f16 or bf16 for '" + field + "'", token);
+            expected(choices + " for '" + field + "'", token);
             return false;
         }
         take();
         std::optional<DType> dtype = parse_dtype(std::string(token.text));
-        if (!dtype) {
-            error(token.where, "unknown " + field + " '" + std::string(token.text) +
-                                   "'; expected f32, f16 or bf16");
+        if (!dtype || (*dtype == DType::i8 && field != "cache_dtype")) {
+            error(token.where,
+                  "unknown " + field + " '" + std::string(token.text) + "'; expected " + choices);
             return false;
         }
         value = *dtype;

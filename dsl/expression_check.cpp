@@ -387,6 +387,8 @@ std::string why_reserved_argument(const std::string &name) {
                                  "sinks",
                                  "k_cache",
                                  "v_cache",
+                                 "k_scales",
+                                 "v_scales",
                                  "block_table",
                                  "cache_lengths",
                                  "query_lengths",
@@ -394,7 +396,9 @@ std::string why_reserved_argument(const std::string &name) {
                                  "out",
                                  "lse",
                                  "k_new",
-                                 "v_new"})
+                                 "v_new",
+                                 "k_new_scales",
+                                 "v_new_scales"})
         if (name == argument)
             return "a built-in argument of every layer that has it";
     if (name.rfind("__", 0) == 0)

@@ -80,6 +80,12 @@ void add_cache_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
         add(args, name, cache_dims);
         args.back().is_cache = true;
     }
+    if (spec.resolved_cache_dtype() == DType::i8) {
+        // One f32 scale per (position, kv head): the cache's dims without head_dim.
+        const std::vector<TensorDim> scale_dims(cache_dims.begin() + 1, cache_dims.end());
+        for (const char *name : {"k_scales", "v_scales"})
+            args.push_back({name, Kind::buffer, false, true, scale_dims});
+    }
     if (cache.kind == CacheSpec::Kind::paged)
         args.push_back({"block_table", Kind::buffer, true, false, {keys, batch}});
     for (const char *name : {"cache_lengths", "query_lengths"})
@@ -104,6 +110,11 @@ void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
             args.push_back(
                 {name, Kind::output, false, false, {fixed(dim), queries, fixed(kv), batch}});
             args.back().is_cache = true;
+            args.back().is_internal = true;
+        }
+    if (spec.cache.any() && spec.resolved_cache_dtype() == DType::i8)
+        for (const char *name : {"k_new_scales", "v_new_scales"}) {
+            args.push_back({name, Kind::output, false, true, {queries, fixed(kv), batch}});
             args.back().is_internal = true;
         }
 }

@@ -36,7 +36,9 @@ struct EntryArgument {
  * and v_cache (paged: with block_table), cache_lengths and query_lengths, and the internal
  * scalar key_count, the longest sequence after the call (the runtime's max over b of
  * cache_lengths + query_lengths: the extent of the keys); and besides `out` it outputs k_new
- * and v_new (B, Hkv, Lq, D), the new rows in the cache's type, which the runtime appends.
+ * and v_new (B, Hkv, Lq, D), the new rows in the cache's type, which the runtime appends. An
+ * i8 cache also takes k_scales and v_scales (the cache's shape without D, f32) and outputs the
+ * new rows' k_new_scales and v_new_scales (B, Hkv, Lq).
  */
 std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec);
 

@@ -174,6 +174,10 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
         if (spec_.cache.any()) {
             in.k_new = *outputs_.at("k_new").first;
             in.v_new = *outputs_.at("v_new").first;
+            if (spec_.resolved_cache_dtype() == DType::i8) {
+                in.k_new_scales = *outputs_.at("k_new_scales").first;
+                in.v_new_scales = *outputs_.at("v_new_scales").first;
+            }
         }
         if (spec_.lse_output)
             in.lse = *outputs_.at("lse").first;

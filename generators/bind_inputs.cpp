@@ -29,6 +29,8 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     in.sinks = buffer("sinks");
     in.k_cache = buffer("k_cache");
     in.v_cache = buffer("v_cache");
+    in.k_scales = buffer("k_scales");
+    in.v_scales = buffer("v_scales");
     in.block_table = buffer("block_table");
     in.cache_lengths = buffer("cache_lengths");
     in.query_lengths = buffer("query_lengths");

@@ -17,6 +17,8 @@ const char *runtime_dtype(DType dtype) {
         return "attngen::DType::f16";
     case DType::bf16:
         return "attngen::DType::bf16";
+    case DType::i8:
+        return "attngen::DType::i8";
     }
     return "attngen::DType::f32";
 }
@@ -141,6 +143,12 @@ std::string argument_docs(const AttentionSpec &spec) {
         } else {
             line("k_cache, v_cache (B, Hkv, capacity, D) " + dtype + ", appended to");
         }
+        if (spec.resolved_cache_dtype() == DType::i8)
+            line(std::string("k_scales, v_scales ") +
+                 (spec.cache.kind == CacheSpec::Kind::paged
+                      ? "(blocks, Hkv, " + std::to_string(spec.cache.block_size) + ")"
+                      : "(B, Hkv, capacity)") +
+                 " f32: each cached row's scale, appended to");
         line("cache_lengths (B) int32: tokens cached; query_lengths (B) int32, optional");
     }
     if (spec.mask.key_padding)

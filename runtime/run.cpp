@@ -44,6 +44,8 @@ halide_type_t halide_type_of(DType dtype) {
         return halide_type_t(halide_type_bfloat, 16);
     case DType::i32:
         return halide_type_t(halide_type_int, 32);
+    case DType::i8:
+        return halide_type_t(halide_type_int, 8);
     }
     return halide_type_t(halide_type_float, 32);
 }
@@ -113,11 +115,18 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
             *on_device = input.tensor->on_device;
             return input.tensor;
         }
-    for (const MutableTensor *cache : {&args.k_cache, &args.v_cache})
-        if (std::strcmp(name, cache == &args.k_cache ? "k_cache" : "v_cache") == 0) {
-            *data = cache->data;
-            *on_device = cache->on_device;
-            return cache;
+    const struct {
+        const char *name;
+        const MutableTensor *tensor;
+    } written[] = {{"k_cache", &args.k_cache},
+                   {"v_cache", &args.v_cache},
+                   {"k_scales", &args.k_scales},
+                   {"v_scales", &args.v_scales}};
+    for (const auto &cache : written)
+        if (std::strcmp(name, cache.name) == 0) {
+            *data = cache.tensor->data;
+            *on_device = cache.tensor->on_device;
+            return cache.tensor;
         }
     if (declared != nullptr) {
         *data = declared->data;
@@ -135,13 +144,15 @@ bool output_named(const char *halide_name, const char *name) {
 
 /**
  * A cached layer's part of a call: the query lengths when the caller gave none, the new rows the
- * pipeline outputs (B, Hkv, Lq, D) in the cache's type, and their append to the caches.
+ * pipeline outputs (B, Hkv, Lq, D) in the cache's type (with an i8 cache, their scales (B, Hkv,
+ * Lq) f32), and their append to the caches.
  */
 struct CacheCall {
     std::vector<int32_t> default_lengths;
     Tensor query_lengths;
-    MutableTensor k_new, v_new;
+    MutableTensor k_new, v_new, k_new_scales, v_new_scales;
     std::vector<uint8_t> k_rows, v_rows;
+    std::vector<float> k_row_scales, v_row_scales;
 
     CacheCall(const LayerInfo &info, const Arguments &args, const internal::CallShape &shape) {
         if (!args.query_lengths.given()) {
@@ -159,6 +170,30 @@ struct CacheCall {
                                                      info.head_dim};
         k_new = mutable_view(k_rows.data(), dtype, rows);
         v_new = mutable_view(v_rows.data(), dtype, rows);
+        if (dtype != DType::i8)
+            return;
+        const size_t scales = static_cast<size_t>(shape.batch * info.kv_heads * shape.query_len);
+        k_row_scales.resize(scales);
+        v_row_scales.resize(scales);
+        k_new_scales =
+            mutable_view(k_row_scales.data(), {shape.batch, info.kv_heads, shape.query_len});
+        v_new_scales =
+            mutable_view(v_row_scales.data(), {shape.batch, info.kv_heads, shape.query_len});
+    }
+
+    /** The buffer of the pipeline's output `name`, or null if it is not one of the new rows. */
+    const MutableTensor *new_rows(const char *name) const {
+        const struct {
+            const char *name;
+            const MutableTensor *tensor;
+        } outputs[] = {{"k_new_scales", &k_new_scales},
+                       {"v_new_scales", &v_new_scales},
+                       {"k_new", &k_new},
+                       {"v_new", &v_new}};
+        for (const auto &output : outputs)
+            if (output_named(name, output.name))
+                return output.tensor;
+        return nullptr;
     }
 
     /** Copies each sequence's new rows to positions [cache length, + query length). */
@@ -191,6 +226,17 @@ struct CacheCall {
                                                slot * cache.strides[2];
                         std::memcpy(static_cast<uint8_t *>(cache.data) + offset * element,
                                     pair.rows.data() + row * row_bytes, row_bytes);
+                    }
+                    if (k_row_scales.empty())
+                        continue;
+                    const struct {
+                        const MutableTensor &scales;
+                        const std::vector<float> &rows;
+                    } scales[] = {{args.k_scales, k_row_scales}, {args.v_scales, v_row_scales}};
+                    for (const auto &pair : scales) {
+                        const MutableTensor &to = pair.scales;
+                        static_cast<float *>(to.data)[outer * to.strides[0] + h * to.strides[1] +
+                                                      slot * to.strides[2]] = pair.rows[row];
                     }
                 }
             }
@@ -254,10 +300,7 @@ Status run(const Layer &layer, const Arguments &args) {
         const Layout *layout = &args.out; // the output, whatever Halide named it
         bool on_device = args.out.on_device;
         const bool is_output = arg.kind == halide_argument_kind_output_buffer;
-        const MutableTensor *new_rows = !cache || !is_output              ? nullptr
-                                        : output_named(arg.name, "k_new") ? &cache->k_new
-                                        : output_named(arg.name, "v_new") ? &cache->v_new
-                                                                          : nullptr;
+        const MutableTensor *new_rows = cache && is_output ? cache->new_rows(arg.name) : nullptr;
         if (is_output && output_named(arg.name, "lse")) {
             layout = &args.lse;
             data = args.lse.data;

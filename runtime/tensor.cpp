@@ -14,6 +14,8 @@ size_t dtype_size(DType dtype) {
     case DType::f16:
     case DType::bf16:
         return 2;
+    case DType::i8:
+        return 1;
     }
     return 4;
 }
@@ -28,6 +30,8 @@ const char *dtype_name(DType dtype) {
         return "bf16";
     case DType::i32:
         return "i32";
+    case DType::i8:
+        return "i8";
     }
     return "?";
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attngen {
@@ -108,6 +109,15 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     ArgRule k_cache = rule("k_cache", args.k_cache, cached, no_cache, info.cache.dtype, cache_dims);
     ArgRule v_cache = rule("v_cache", args.v_cache, cached, no_cache, info.cache.dtype, cache_dims);
     k_cache.is_output = v_cache.is_output = true;
+    // An i8 cache's scales: the caches' dims without head_dim.
+    const bool quantized = cached && info.cache.dtype == DType::i8;
+    const DimList scale_dims{cache_dims[0], cache_dims[1], cache_dims[2]};
+    const char *no_scales = cached ? "has no i8 cache (its cache_dtype is not i8)" : no_cache;
+    ArgRule k_scales =
+        rule("k_scales", args.k_scales, quantized, no_scales, DType::f32, scale_dims);
+    ArgRule v_scales =
+        rule("v_scales", args.v_scales, quantized, no_scales, DType::f32, scale_dims);
+    k_scales.is_output = v_scales.is_output = true;
     ArgRule query_lengths =
         rule("query_lengths", args.query_lengths, cached, no_cache, DType::i32, {batch});
     query_lengths.optional = true;
@@ -152,6 +162,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              "takes no rope tables (it is not rope = table)", DType::f32, {positions, pairs}),
         k_cache,
         v_cache,
+        k_scales,
+        v_scales,
         rule("block_table", args.block_table, paged,
              cached ? "has a contiguous cache, not a paged one" : no_cache, DType::i32,
              {batch, {"max_blocks", Symbol::max_blocks, 0}}),
@@ -278,15 +290,51 @@ Status check_layout(const char *name, const Layout &layout, const void *data, DT
 }
 
 /**
+ * An i8 cache's scales at the positions the call reads (each sequence's cached ones) are finite:
+ * a NaN or an infinity there is refused, naming the element.
+ */
+Status check_scales(const LayerInfo &info, const Arguments &args, int64_t batch) {
+    const bool paged = info.cache.kind == CacheKind::paged;
+    const int64_t block_size = info.cache.block_size;
+    for (const auto &[name, scales] :
+         {std::make_pair("k_scales", &args.k_scales), std::make_pair("v_scales", &args.v_scales)})
+        for (int64_t b = 0; b < batch; b++) {
+            const int64_t cached = internal::int_element(args.cache_lengths, b);
+            for (int64_t p = 0; p < cached; p++) {
+                const int64_t outer =
+                    paged ? internal::int_element(args.block_table, b, p / block_size) : b;
+                const int64_t slot = paged ? p % block_size : p;
+                for (int64_t h = 0; h < info.kv_heads; h++) {
+                    const float value = static_cast<const float *>(
+                        scales->data)[outer * scales->strides[0] + h * scales->strides[1] +
+                                      slot * scales->strides[2]];
+                    if (std::isfinite(value))
+                        continue;
+                    return Status::error(
+                        std::string("attngen: `") + name + "[" + std::to_string(outer) + "][" +
+                        std::to_string(h) + "][" + std::to_string(slot) + "]` is " +
+                        (std::isnan(value) ? "nan"
+                         : value > 0       ? "inf"
+                                           : "-inf") +
+                        ", but the scales of cached positions must be finite (sequence " +
+                        std::to_string(b) + ", position " + std::to_string(p) + ")");
+                }
+            }
+        }
+    return Status();
+}
+
+/**
  * A cached layer's lengths and block table, once every tensor's shape is checked: the sequences
  * fit their caches, the blocks they use exist, no block is written by two sequences, and the
  * rope tables cover the positions. Sets shape.key_count.
  */
 Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallShape &shape) {
-    for (const auto *cache : {&args.k_cache, &args.v_cache})
+    for (const auto &[name, cache] :
+         {std::make_pair("k_cache", &args.k_cache), std::make_pair("v_cache", &args.v_cache),
+          std::make_pair("k_scales", &args.k_scales), std::make_pair("v_scales", &args.v_scales)})
         if (cache->on_device)
-            return Status::error(std::string("attngen: `") +
-                                 (cache == &args.k_cache ? "k_cache" : "v_cache") +
+            return Status::error(std::string("attngen: `") + name +
                                  "` is device memory, but a cached layer runs on the CPU and "
                                  "appends to host caches");
     for (const Tensor *lengths : {&args.cache_lengths, &args.query_lengths})
@@ -360,6 +408,9 @@ Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallS
                                  "]` are both block " + std::to_string(x.block) +
                                  ", and the call writes new tokens into each");
         }
+    if (info.cache.dtype == DType::i8)
+        if (Status status = check_scales(info, args, shape.batch); !status)
+            return status;
     if (info.rope.table && args.rope_cos.shape[0] < longest)
         return Status::error("attngen: `rope_cos` and `rope_sin` have " +
                              std::to_string(args.rope_cos.shape[0]) +
@@ -561,9 +612,10 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
     if (Status status = check_apart(out_rule, rules); !status)
         return status;
     for (const ArgRule &rule : rules)
-        if (rule.given && std::strcmp(rule.name, "lse") == 0)
-            if (Status status = check_apart(rule, rules); !status)
-                return status;
+        for (const char *written : {"lse", "k_scales", "v_scales"})
+            if (rule.given && std::strcmp(rule.name, written) == 0)
+                if (Status status = check_apart(rule, rules); !status)
+                    return status;
 
     // Device key lengths are not read back to check: the kernels compare them with key
     // positions only, so any value is safe (out-of-range values mask nothing or everything).

@@ -543,6 +543,12 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
                 .parallel(task)
                 .vectorize(s.d, vector_width_dividing(head_dim, lanes));
         }
+        // An i8 cache's new rows' scales: parallel over heads and sequences.
+        for (Func scales : {s.k_new_scales, s.v_new_scales})
+            if (scales.defined()) {
+                Var task{scales.name() + "_task"};
+                scales.fuse(s.h, s.b, task).parallel(task);
+            }
     }
     if (!s.spec.rope.any())
         return;

@@ -174,6 +174,10 @@ void schedule_input_kernels(AttentionStages &s) {
     if (s.spec.cache.any()) {
         schedule_elementwise(s.k_new, d, k, {h, b}, "kn");
         schedule_elementwise(s.v_new, d, k, {h, b}, "vn");
+        if (s.k_new_scales.defined()) {
+            schedule_elementwise(s.k_new_scales, k, h, {b}, "ks");
+            schedule_elementwise(s.v_new_scales, k, h, {b}, "vs");
+        }
     }
     // Rotary embeddings: the table and the rotated queries and keys, each a kernel at root, so
     // that the steps stage rotated rows rather than rotating them again for every tile.

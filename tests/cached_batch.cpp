@@ -17,14 +17,19 @@ using attngen::DType;
 /** How many elements of `now` differ in their bytes from `before`, outside those `skip` marks. */
 size_t changed_elements(const OutputBuffer &now, const OutputBuffer &before,
                         const std::vector<bool> &skip) {
-    const bool single = now.dtype == DType::f32;
-    const size_t count = single ? now.f32.size() : now.half.size();
+    const bool single = now.dtype == DType::f32, quantized = now.dtype == DType::i8;
+    const size_t count = single ? now.f32.size() : quantized ? now.bytes.size() : now.half.size();
     size_t changed = 0;
     for (size_t i = 0; i < count; i++) {
         if (!skip.empty() && skip[i])
             continue;
+        // An i8 element changes with its byte or its row's scale.
         const bool same = single ? std::memcmp(&now.f32[i], &before.f32[i], sizeof(float)) == 0
-                                 : now.half[i] == before.half[i];
+                          : quantized
+                              ? now.bytes[i] == before.bytes[i] &&
+                                    std::memcmp(&now.scales[i / now.row],
+                                                &before.scales[i / before.row], sizeof(float)) == 0
+                              : now.half[i] == before.half[i];
         changed += same ? 0 : 1;
     }
     return changed;
@@ -70,10 +75,23 @@ double cache_tolerance(DType dtype) {
     case DType::f16:
         return 1e-3;
     case DType::bf16:
+    case DType::i8: // one step of max |x| / 127, |x| <= 1 in these tests
         return 8e-3;
     default:
         return 1e-6;
     }
+}
+
+/**
+ * The tolerance of a cached layer's output against the reference over unrounded K and V: the
+ * layer's, or the cache's rounding (f16 2e-3, bf16 1.6e-2); an i8 cache's quantization (max |x|
+ * / 254 per element, which moves the scores by up to scale |q|_1 max|k| / 254) is held to 3e-2
+ * here, on values in [-1, 1] (test_kv_cache.cpp tests its worst-case bound).
+ */
+double output_tolerance(const attngen::LayerInfo &info) {
+    if (info.cache.dtype == DType::i8)
+        return 3e-2;
+    return std::max(tolerance_for(info.dtype), tolerance_for(info.cache.dtype));
 }
 
 std::vector<double> widen(const std::vector<float> &values, size_t first, size_t count) {
@@ -141,16 +159,28 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
 
     const size_t cache_elements = static_cast<size_t>(paged() ? num_blocks_ : batch_) * Hkv *
                                   (paged() ? block_size_ : capacity_) * D;
-    k_cache = OutputBuffer(info_.cache.dtype, cache_elements);
-    v_cache = OutputBuffer(info_.cache.dtype, cache_elements);
+    k_cache = OutputBuffer(info_.cache.dtype, cache_elements, static_cast<size_t>(D));
+    v_cache = OutputBuffer(info_.cache.dtype, cache_elements, static_cast<size_t>(D));
     // Sentinels: NaN, +inf and random values in turn, as unwritten memory may hold anything. A
     // layer that let one into an output (a hidden key's score, or 0 x V) would show it there.
-    for (OutputBuffer *cache : {&k_cache, &v_cache})
-        for (size_t i = 0; i < cache_elements; i++)
-            store(*cache, i,
-                  i % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
-                  : i % 3 == 1 ? std::numeric_limits<float>::infinity()
-                               : draw(info_.cache.dtype));
+    // An i8 cache: random bytes, and the sentinels in its rows' scales.
+    const bool quantized = info_.cache.dtype == DType::i8;
+    auto sentinel = [&](size_t i) {
+        return i % 3 == 0   ? std::numeric_limits<float>::quiet_NaN()
+               : i % 3 == 1 ? std::numeric_limits<float>::infinity()
+                            : draw(quantized ? DType::f32 : info_.cache.dtype);
+    };
+    for (OutputBuffer *cache : {&k_cache, &v_cache}) {
+        if (!quantized) {
+            for (size_t i = 0; i < cache_elements; i++)
+                store(*cache, i, sentinel(i));
+            continue;
+        }
+        for (int8_t &byte : cache->bytes)
+            byte = static_cast<int8_t>(static_cast<int>(rng_() % 255) - 127);
+        for (size_t i = 0; i < cache->scales.size(); i++)
+            cache->scales[i] = sentinel(i);
+    }
 
     auto draw_stream = [&](int width) {
         std::vector<float> stream(static_cast<size_t>(capacity_) * width);
@@ -184,13 +214,8 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
         REQUIRE(cache_lengths_[b] <= capacity_);
         hand_out_blocks(b, cache_lengths_[b]);
         for (int p = 0; p < cache_lengths_[b]; p++) {
-            const std::vector<double> key = cached_key(b, p), value = cached_value(b, p);
-            for (int h = 0; h < Hkv; h++)
-                for (int d = 0; d < D; d++) {
-                    const size_t feature = static_cast<size_t>(h) * D + d;
-                    store(k_cache, cache_index(b, h, p, d), static_cast<float>(key[feature]));
-                    store(v_cache, cache_index(b, h, p, d), static_cast<float>(value[feature]));
-                }
+            store_rows(k_cache, b, p, raw_key(b, p));
+            store_rows(v_cache, b, p, raw_value(b, p));
         }
     }
 }
@@ -220,6 +245,31 @@ size_t CachedBatch::cache_index(int b, int kv_head, int position, int d) const {
     const auto block = static_cast<size_t>(
         block_table_[static_cast<size_t>(b) * max_blocks_ + position / block_size_]);
     return ((block * Hkv + kv_head) * block_size_ + position % block_size_) * D + d;
+}
+
+/** Writes sequence b's K or V rows at `position` (Hkv * D, head by head) as the layer does. */
+void CachedBatch::store_rows(OutputBuffer &cache, int b, int position,
+                             const std::vector<double> &raw) {
+    const size_t D = info_.head_dim;
+    for (int h = 0; h < info_.kv_heads; h++) {
+        const size_t at = cache_index(b, h, position, 0);
+        const auto first = raw.begin() + static_cast<std::ptrdiff_t>(h * D);
+        if (cache.dtype == DType::i8) {
+            std::vector<int8_t> bytes;
+            cache.scales[at / D] = quantize_row(std::vector<double>(first, first + D), bytes);
+            std::copy(bytes.begin(), bytes.end(), cache.bytes.begin() + at);
+            continue;
+        }
+        for (size_t d = 0; d < D; d++)
+            store(cache, at + d, round_to(cache.dtype, first[d]));
+    }
+}
+
+attngen::MutableTensor CachedBatch::scales_view(OutputBuffer &cache) const {
+    if (paged())
+        return attngen::mutable_view(cache.scales.data(),
+                                     {num_blocks_, info_.kv_heads, block_size_});
+    return attngen::mutable_view(cache.scales.data(), {batch_, info_.kv_heads, capacity_});
 }
 
 attngen::MutableTensor CachedBatch::cache_view(OutputBuffer &cache) const {
@@ -306,6 +356,10 @@ attngen::Arguments CachedBatch::arguments(Step &call) {
     args.sinks = weights_.sinks.view();
     args.k_cache = cache_view(k_cache);
     args.v_cache = cache_view(v_cache);
+    if (info_.cache.dtype == DType::i8) {
+        args.k_scales = scales_view(k_cache);
+        args.v_scales = scales_view(v_cache);
+    }
     if (paged())
         args.block_table = attngen::view(call.block_table.data(), {batch_, max_blocks_});
     args.cache_lengths = attngen::view(call.cache_lengths.data(), {batch_});
@@ -360,21 +414,43 @@ std::vector<double> CachedBatch::kv_features(const std::vector<std::vector<float
     return features;
 }
 
-/** Sequence b's key at `position` as its cache holds it: rotated there, in the cache dtype. */
-std::vector<double> CachedBatch::cached_key(int b, int position) const {
+/** Sequence b's key at `position`, rotated there, before the cache's rounding. */
+std::vector<double> CachedBatch::raw_key(int b, int position) const {
     std::vector<double> key = kv_features(keys_, weights_.wk, weights_.bk, b, position);
     reference_rope(reference_base_.rope, key, 1, info_.kv_heads, 1, info_.head_dim, position);
-    for (double &feature : key)
-        feature = round_to(info_.cache.dtype, feature);
     return key;
+}
+
+std::vector<double> CachedBatch::raw_value(int b, int position) const {
+    return kv_features(values_, weights_.wv, weights_.bv, b, position);
+}
+
+/** Rows (Hkv * D) as the cache reads them back: rounded to its dtype, or quantized per row. */
+std::vector<double> CachedBatch::rounded_rows(std::vector<double> rows) const {
+    const size_t D = info_.head_dim;
+    if (info_.cache.dtype != DType::i8) {
+        for (double &feature : rows)
+            feature = round_to(info_.cache.dtype, feature);
+        return rows;
+    }
+    for (size_t first = 0; first < rows.size(); first += D) {
+        std::vector<int8_t> bytes;
+        const auto row = rows.begin() + static_cast<std::ptrdiff_t>(first);
+        const float scale = quantize_row(std::vector<double>(row, row + D), bytes);
+        for (size_t d = 0; d < D; d++)
+            row[d] = static_cast<double>(bytes[d]) * scale;
+    }
+    return rows;
+}
+
+/** Sequence b's key at `position` as its cache holds it: rotated there, in the cache dtype. */
+std::vector<double> CachedBatch::cached_key(int b, int position) const {
+    return rounded_rows(raw_key(b, position));
 }
 
 /** Sequence b's value at `position` as its cache holds it, in the cache dtype. */
 std::vector<double> CachedBatch::cached_value(int b, int position) const {
-    std::vector<double> value = kv_features(values_, weights_.wv, weights_.bv, b, position);
-    for (double &feature : value)
-        feature = round_to(info_.cache.dtype, feature);
-    return value;
+    return rounded_rows(raw_value(b, position));
 }
 
 /** Sequence b's rows first..first+count-1 of `out`, token by token: (count, H, D) or (count, M). */
@@ -428,7 +504,7 @@ std::vector<double> CachedBatch::reference_rows(int b, int count, std::vector<do
 std::vector<std::vector<float>> CachedBatch::check_output(const Step &call) const {
     // K and V read back from a cache narrower than the layer carry its rounding: an f16 cache
     // under an f32 layer is held to f16's tolerance, 2e-3.
-    const double tolerance = std::max(tolerance_for(info_.dtype), tolerance_for(info_.cache.dtype));
+    const double tolerance = output_tolerance(info_);
     const std::vector<float> out = call.out.values();
     std::vector<std::vector<float>> new_rows(batch_);
     for (int b = 0; b < batch_; b++) {

@@ -64,6 +64,12 @@ class CachedBatch {
      */
     std::vector<std::vector<float>> step(const std::vector<int> &query_lengths, int query_len = 0);
 
+    /**
+     * The reference for sequence b's next `count` tokens, token by token, over its unrounded K
+     * and V (and its lse, (1, H, count), if asked).
+     */
+    std::vector<double> reference_rows(int b, int count, std::vector<double> *lse = nullptr) const;
+
     int num_blocks() const { return num_blocks_; }
     int max_blocks() const { return max_blocks_; }
 
@@ -78,16 +84,20 @@ class CachedBatch {
     void hand_out_blocks(int b, int positions);
     size_t cache_index(int b, int kv_head, int position, int d) const;
     attngen::MutableTensor cache_view(OutputBuffer &cache) const;
+    attngen::MutableTensor scales_view(OutputBuffer &cache) const;
     std::vector<float> new_token_rows(const std::vector<std::vector<float>> &stream, int heads,
                                       int dim, const Step &call);
     std::vector<double> kv_features(const std::vector<std::vector<float>> &stream,
                                     const HostTensor &weight, const HostTensor &bias, int b,
                                     int position) const;
+    std::vector<double> raw_key(int b, int position) const;
+    std::vector<double> raw_value(int b, int position) const;
+    std::vector<double> rounded_rows(std::vector<double> rows) const;
+    void store_rows(OutputBuffer &cache, int b, int position, const std::vector<double> &raw);
     std::vector<double> cached_key(int b, int position) const;
     std::vector<double> cached_value(int b, int position) const;
     std::vector<float> output_rows(const std::vector<float> &out, int query_len, int b, int first,
                                    int count) const;
-    std::vector<double> reference_rows(int b, int count, std::vector<double> *lse = nullptr) const;
     std::vector<std::vector<float>> check_output(const Step &call) const;
     void check_caches(const Step &call, const OutputBuffer &k_before,
                       const OutputBuffer &v_before) const;

@@ -1,6 +1,7 @@
 // See storage_types.h.
 #include "storage_types.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -54,6 +55,19 @@ float from_bf16(uint16_t bits) {
     float value;
     std::memcpy(&value, &wide, 4);
     return value;
+}
+
+float quantize_i8(const float *row, size_t count, int8_t *bytes) {
+    float largest = 0.0f;
+    for (size_t i = 0; i < count; i++)
+        largest = std::max(largest, std::abs(row[i]));
+    const float scale = largest / 127.0f;
+    for (size_t i = 0; i < count; i++)
+        bytes[i] =
+            scale > 0.0f
+                ? static_cast<int8_t>(std::clamp(std::nearbyint(row[i] / scale), -127.0f, 127.0f))
+                : int8_t(0);
+    return scale;
 }
 
 } // namespace attngen_test

@@ -15,6 +15,7 @@
 #include "g_d16_mqa_padding.h"
 #include "g_d16_rope_table.h"
 #include "g_d32_all_masks.h"
+#include "g_d32_cache_i8.h"
 #include "g_d32_cache_paged.h"
 #include "g_d32_decode_masks.h"
 #include "g_d32_lse.h"
@@ -96,6 +97,14 @@ TEST_CASE("GPU schedule: a paged KV cache with rotary embeddings, step after ste
         return;
     RequireGpu gpu;
     check_steps_against_reference(g_d32_cache_paged_layer(), 531);
+    CHECK(attngen::last_device() == test_api);
+}
+
+TEST_CASE("GPU schedule: a paged i8 KV cache with rotary embeddings, step after step") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_steps_against_reference(g_d32_cache_i8_layer(), 534);
     CHECK(attngen::last_device() == test_api);
 }
 

@@ -8,8 +8,10 @@
 #include "cached_batch.h"
 
 #include "t_d32_cache.h"
+#include "t_d32_cache_i8.h"
 #include "t_d32_cache_table.h"
 #include "t_d32_rope_neox.h"
+#include "t_d64_cache_i8_decode.h"
 #include "t_d64_cache_paged_decode.h"
 #include "t_mha_cache_decode.h"
 #include "t_mha_cache_paged.h"
@@ -104,6 +106,96 @@ TEST_CASE("chunked prefill and token-by-token decode match one prefill in the fl
 TEST_CASE("chunked prefill and token-by-token decode match one prefill after projections in the "
           "decode form") {
     check_chunks_match_one_prefill(t_mha_cache_decode_layer(), 5112);
+}
+
+TEST_CASE("a paged i8 cache with rotary embeddings, its blocks shuffled, matches attention over "
+          "the unquantized keys and values within 3e-2") {
+    check_steps_against_reference(t_d32_cache_i8_layer(), 5131);
+}
+
+TEST_CASE("chunked prefill and token-by-token decode match one prefill with an i8 cache in the "
+          "split-KV decode form") {
+    check_chunks_match_one_prefill(t_d64_cache_i8_decode_layer(), 5132);
+}
+
+TEST_CASE("an i8 cache in the split-KV decode form stays within its quantization's worst-case "
+          "error bound") {
+    // Quantizing a row to round(x / s), s = max |x| / 127, moves each element by at most
+    // max|x| / 254. A key's score moves by at most e = scale * |q|_1 * max|K| / 254, each
+    // softmax weight by a factor within e^(+-2e), so the output moves by at most
+    // max|V| / 254 + (e^(2e) - 1) max|V|. Here |q|, |K|, |V| <= 1, D = 64, scale = 1/8:
+    // e = 64 / 8 / 254 and the bound is 0.069.
+    const uint32_t seed = test_seed(5133);
+    INFO("seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    const attngen::Layer &layer = t_d64_cache_i8_decode_layer();
+    const double e = 64.0 / 8.0 / 254.0;
+    const double bound = 1.0 / 254.0 + std::expm1(2.0 * e) + 1e-5;
+    CachedBatch batch(layer, {0, 17, 300}, 400, seed);
+    double worst = 0.0;
+    for (const std::vector<int> &lengths :
+         {std::vector<int>{40, 3, 1}, std::vector<int>{1, 1, 1}, std::vector<int>{1, 0, 60}}) {
+        std::vector<std::vector<double>> want;
+        for (int b = 0; b < 3; b++)
+            want.push_back(batch.reference_rows(b, lengths[static_cast<size_t>(b)]));
+        const std::vector<std::vector<float>> got = batch.step(lengths);
+        for (size_t b = 0; b < got.size(); b++)
+            for (size_t i = 0; i < got[b].size(); i++)
+                worst = std::max(worst, std::abs(static_cast<double>(got[b][i]) - want[b][i]));
+    }
+    INFO("largest error " << worst << ", bound " << bound);
+    CHECK(worst <= bound);
+    CHECK(worst > 0.0); // the cache did quantize
+}
+
+TEST_CASE("i8 cache scales that are missing, misshapen, not f32, non-finite where read, "
+          "overlapping, or given to another cache are refused by name, nothing written") {
+    const uint32_t seed = test_seed(5134);
+    INFO("seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
+    CachedBatch batch(t_d64_cache_i8_decode_layer(), {3, 20}, 24, seed);
+    const std::vector<int> lengths = {2, 4};
+    expect_refused(
+        batch, lengths, [](auto &args, auto &) { args.k_scales = attngen::MutableTensor(); },
+        "k_scales");
+    std::vector<float> short_scales(2 * 2 * 23, 1.0f);
+    std::vector<uint16_t> half_scales(2 * 2 * 24, 0x3c00);
+    expect_refused(
+        batch, lengths,
+        [&](auto &args, auto &) {
+            args.v_scales = attngen::mutable_view(short_scales.data(), {2, 2, 23});
+        },
+        "v_scales");
+    expect_refused(
+        batch, lengths,
+        [&](auto &args, auto &) {
+            args.k_scales = attngen::mutable_view(half_scales.data(), DType::f16, {2, 2, 24});
+        },
+        "k_scales");
+    // Sequence 1, kv head 1, position 19: cached, so read. The NaN scales the batch keeps at
+    // positions no call reads (20 and on) were never refused.
+    std::vector<float> poisoned = batch.v_cache.scales;
+    poisoned[(1 * 2 + 1) * 24 + 19] = std::numeric_limits<float>::infinity();
+    expect_refused(
+        batch, lengths,
+        [&](auto &args, auto &) {
+            args.v_scales = attngen::mutable_view(poisoned.data(), {2, 2, 24});
+        },
+        "v_scales[1][1][19]");
+    expect_refused(
+        batch, lengths,
+        [&](auto &args, auto &) {
+            args.k_scales = attngen::mutable_view(
+                reinterpret_cast<float *>(batch.k_cache.bytes.data()), {2, 2, 24});
+        },
+        "k_scales");
+
+    CachedBatch f32_cache(t_d32_cache_layer(), {3, 20}, 24, seed);
+    std::vector<float> stray(2 * 2 * 24, 1.0f);
+    expect_refused(
+        f32_cache, lengths,
+        [&](auto &args, auto &) {
+            args.k_scales = attngen::mutable_view(stray.data(), {2, 2, 24});
+        },
+        "k_scales");
 }
 
 TEST_CASE("a step without new tokens writes zeros to out and nothing to the caches") {

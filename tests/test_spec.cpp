@@ -319,7 +319,23 @@ TEST_CASE("KV caches: the rules on their fields, and their text forms") {
     attngen::spec_from_params({{"cache", "paged(sixteen)"}, {"cache_dtype", "f64"}}, errors);
     CHECK(attngen::describe_errors(errors) ==
           "cache: expected none, contiguous or paged(N), got 'paged(sixteen)'\n"
-          "cache_dtype: expected f32, f16, bf16 or 'default', got 'f64'");
+          "cache_dtype: expected f32, f16, bf16, i8 or 'default', got 'f64'");
+}
+
+TEST_CASE("i8: a cache's storage, which round-trips, and never the layer's dtype") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "64"}, {"cache", "contiguous"}, {"cache_dtype", "i8"}},
+        errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.resolved_cache_dtype() == attngen::DType::i8);
+    CHECK(problems(parsed).empty());
+    CHECK(attngen::spec_to_params(parsed).at("cache_dtype") == "i8");
+
+    AttentionSpec layer = sdpa(4, 64);
+    layer.dtype = attngen::DType::i8;
+    CHECK(problems(layer) == "dtype: i8 is a KV cache's storage only (cache_dtype = i8); the "
+                             "inputs and the output are f32, f16 or bf16");
 }
 
 TEST_CASE("sinks: a boolean field that round-trips, false by default") {

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -273,22 +274,40 @@ ReferenceProblem Problem::reference() const {
     return p;
 }
 
-OutputBuffer::OutputBuffer(attngen::DType type, size_t elements) : dtype(type) {
+OutputBuffer::OutputBuffer(attngen::DType type, size_t elements, size_t row_elements)
+    : dtype(type), row(row_elements) {
     // A recognizable non-zero pattern, so a result that was never written cannot pass.
-    if (dtype == attngen::DType::f32)
+    if (dtype == attngen::DType::f32) {
         f32.assign(elements, -12345.0f);
-    else
+    } else if (dtype == attngen::DType::i8) {
+        bytes.assign(elements, -77);
+        scales.assign(elements / row, -123.0f);
+    } else {
         half.assign(elements, dtype == attngen::DType::f16 ? to_f16(-1234.0f) : to_bf16(-1234.0f));
+    }
 }
 
 void *OutputBuffer::data() {
-    return dtype == attngen::DType::f32 ? static_cast<void *>(f32.data())
-                                        : static_cast<void *>(half.data());
+    return dtype == attngen::DType::f32  ? static_cast<void *>(f32.data())
+           : dtype == attngen::DType::i8 ? static_cast<void *>(bytes.data())
+                                         : static_cast<void *>(half.data());
+}
+
+float quantize_row(const std::vector<double> &row, std::vector<int8_t> &bytes) {
+    const std::vector<float> single(row.begin(), row.end());
+    bytes.assign(row.size(), 0);
+    return quantize_i8(single.data(), single.size(), bytes.data());
 }
 
 std::vector<float> OutputBuffer::values() const {
     if (dtype == attngen::DType::f32)
         return f32;
+    if (dtype == attngen::DType::i8) {
+        std::vector<float> dequantized(bytes.size());
+        for (size_t i = 0; i < bytes.size(); i++)
+            dequantized[i] = static_cast<float>(bytes[i]) * scales[i / row];
+        return dequantized;
+    }
     std::vector<float> widened(half.size());
     for (size_t i = 0; i < half.size(); i++)
         widened[i] = dtype == attngen::DType::f16 ? from_f16(half[i]) : from_bf16(half[i]);

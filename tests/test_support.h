@@ -51,15 +51,28 @@ class Problem {
     std::map<std::string, double> scalars;
 };
 
-/** An output buffer of the layer's dtype, read back as floats. */
+/**
+ * An output buffer of the layer's dtype, read back as floats. i8 (a cache's storage) holds
+ * `bytes` and a scale per row of `row` elements, and reads back as byte times scale.
+ */
 struct OutputBuffer {
-    OutputBuffer(attngen::DType dtype, size_t elements);
+    OutputBuffer(attngen::DType dtype, size_t elements, size_t row = 1);
     void *data();
     std::vector<float> values() const;
     attngen::DType dtype;
     std::vector<float> f32;
     std::vector<uint16_t> half;
+    std::vector<int8_t> bytes;
+    std::vector<float> scales; ///< i8: one per row of `row` elements
+    size_t row = 1;
 };
+
+/**
+ * An i8 cache row as attngen writes it: scale = max |x| / 127 (in f32, as the layer takes it
+ * from f32 values) and each element round(x / scale), ties to even, in [-127, 127]. Returns the
+ * scale; `bytes` gets the values.
+ */
+float quantize_row(const std::vector<double> &row, std::vector<int8_t> &bytes);
 
 /** max |got - want| / max(max |want|, 1): the error measure the tolerances refer to. */
 double relative_error(const std::vector<float> &got, const std::vector<double> &want);

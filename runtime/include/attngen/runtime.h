@@ -16,7 +16,8 @@ struct halide_filter_metadata_t;
 namespace attngen {
 
 /** Element types of tensors. Layers store f32, f16 or bf16; key lengths are i32. */
-enum class DType { f32, f16, bf16, i32 };
+/** i8: a KV cache's 8-bit storage (cache_dtype = i8), with f32 scales beside it. */
+enum class DType { f32, f16, bf16, i32, i8 };
 
 /** The size of one element in bytes. */
 size_t dtype_size(DType dtype);
@@ -107,6 +108,11 @@ struct Arguments {
     // and only when it succeeded; nothing else in the caches is written.
     MutableTensor k_cache, v_cache; ///< in the cache dtype: contiguous (B, Hkv, capacity, D);
                                     ///< paged (blocks, Hkv, block_size, D)
+    // An i8 cache (cache_dtype = i8): one f32 scale per position and kv head, the caches' shape
+    // without D; element (.., d) of a cached row holds round(x / scale) in [-127, 127], scale =
+    // max |x| / 127 over the row. Appended to with the rows; the positions read must be finite.
+    MutableTensor k_scales, v_scales; ///< contiguous (B, Hkv, capacity); paged (blocks, Hkv,
+                                      ///< block_size)
     Tensor block_table;   ///< (B, max_blocks) int32, paged caches: sequence b's position p is
                           ///< slot p % block_size of block block_table[b][p / block_size]
     Tensor cache_lengths; ///< (B) int32 >= 0: tokens already cached per sequence
