@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attngen {
@@ -196,11 +197,27 @@ struct CacheCall {
         return nullptr;
     }
 
-    /** Copies each sequence's new rows to positions [cache length, + query length). */
+    /**
+     * Copies each sequence's new rows (and an i8 cache's scales) to positions [cache length, +
+     * query length).
+     */
     void append(const LayerInfo &info, const Arguments &args) const {
         const Tensor &lengths = args.query_lengths.given() ? args.query_lengths : query_lengths;
         const size_t element = dtype_size(info.cache.dtype);
         const size_t row_bytes = static_cast<size_t>(info.head_dim) * element;
+        // What is appended: a row's bytes into each cache, a float into each scales tensor.
+        struct Appended {
+            const MutableTensor &to;
+            const uint8_t *rows;
+            size_t element, row_bytes;
+        };
+        std::vector<Appended> parts = {{args.k_cache, k_rows.data(), element, row_bytes},
+                                       {args.v_cache, v_rows.data(), element, row_bytes}};
+        if (!k_row_scales.empty())
+            for (const auto &[to, rows] : {std::make_pair(&args.k_scales, &k_row_scales),
+                                           std::make_pair(&args.v_scales, &v_row_scales)})
+                parts.push_back({*to, reinterpret_cast<const uint8_t *>(rows->data()),
+                                 sizeof(float), sizeof(float)});
         const int64_t block_size = info.cache.block_size;
         const bool paged = info.cache.kind == CacheKind::paged;
         for (int64_t b = 0; b < k_new.shape[0]; b++) {
@@ -208,7 +225,7 @@ struct CacheCall {
             const int64_t fresh = internal::int_element(lengths, b);
             for (int64_t t = 0; t < fresh; t++) {
                 const int64_t position = cached + t;
-                // Element offsets of (sequence or block, kv head 0, slot) in the caches.
+                // (sequence or block, slot) of the position in the caches and scales.
                 int64_t outer = b, slot = position;
                 if (paged) {
                     outer = internal::int_element(args.block_table, b, position / block_size);
@@ -216,27 +233,11 @@ struct CacheCall {
                 }
                 for (int64_t h = 0; h < k_new.shape[1]; h++) {
                     const int64_t row = ((b * k_new.shape[1] + h) * k_new.shape[2] + t);
-                    const struct {
-                        const MutableTensor &cache;
-                        const std::vector<uint8_t> &rows;
-                    } pairs[] = {{args.k_cache, k_rows}, {args.v_cache, v_rows}};
-                    for (const auto &pair : pairs) {
-                        const MutableTensor &cache = pair.cache;
-                        const int64_t offset = outer * cache.strides[0] + h * cache.strides[1] +
-                                               slot * cache.strides[2];
-                        std::memcpy(static_cast<uint8_t *>(cache.data) + offset * element,
-                                    pair.rows.data() + row * row_bytes, row_bytes);
-                    }
-                    if (k_row_scales.empty())
-                        continue;
-                    const struct {
-                        const MutableTensor &scales;
-                        const std::vector<float> &rows;
-                    } scales[] = {{args.k_scales, k_row_scales}, {args.v_scales, v_row_scales}};
-                    for (const auto &pair : scales) {
-                        const MutableTensor &to = pair.scales;
-                        static_cast<float *>(to.data)[outer * to.strides[0] + h * to.strides[1] +
-                                                      slot * to.strides[2]] = pair.rows[row];
+                    for (const Appended &part : parts) {
+                        const int64_t offset = outer * part.to.strides[0] + h * part.to.strides[1] +
+                                               slot * part.to.strides[2];
+                        std::memcpy(static_cast<uint8_t *>(part.to.data) + offset * part.element,
+                                    part.rows + row * part.row_bytes, part.row_bytes);
                     }
                 }
             }
