@@ -834,8 +834,14 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
     // The whole-row and chunks forms read values only at visible keys: no clamp needed.
     // The online form's last step runs past Lk, with probability 0: clamped there.
     const bool online = s.options.form == AttentionForm::online;
-    s.v_heads(d, k, h, b) =
-        s.widened(in.value(d, online ? Halide::clamp(k, 0, last_key) : Expr(k), h, b));
+    Expr value_row = online ? Halide::clamp(k, 0, last_key) : Expr(k);
+    s.v_heads(d, k, h, b) = s.widened(in.value(d, value_row, h, b));
+    // i8 keys and values are integers, as an i8 cache's are: their rows' scales multiply each
+    // score and each probability once.
+    if (spec.resolved_kv_dtype() == DType::i8) {
+        s.k_scale(k, h, b) = in.key_scales(Halide::clamp(k, 0, last_key), h, b);
+        s.v_scale(k, h, b) = in.value_scales(value_row, h, b);
+    }
 }
 
 /**

@@ -27,6 +27,9 @@ namespace attngen {
  */
 struct AttentionInputs {
     Halide::Func query, key, value;
+    /** With kv_dtype = i8: key's and value's scales (Lk, Hkv, B) f32; element (k, h, b) times
+     * key(d, k, h, b) is the key's element d. */
+    Halide::Func key_scales, value_scales;
     Halide::Func x, context;
     Halide::Func wq, wk, wv, wo;
     Halide::Func bq, bk, bv, bo;

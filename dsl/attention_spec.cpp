@@ -158,7 +158,19 @@ template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &
 
 } // namespace
 
+/** kv_dtype stores the caller's per-head keys and values: not with projections or a cache. */
+template <typename Fail> void check_kv_dtype(const AttentionSpec &spec, const Fail &fail) {
+    if (spec.kv_dtype && spec.projections.any())
+        fail("kv_dtype", "needs per-head key and value inputs; with projections the keys and "
+                         "values are computed (in dtype)");
+    else if (spec.kv_dtype && spec.cache.any())
+        fail("kv_dtype", "cannot be combined with a cache: the new tokens' keys and values are "
+                         "in dtype and the cache's storage is cache_dtype");
+}
+
+/** The cache's fields, and the storage of keys and values (check_kv_dtype). */
 template <typename Fail> void check_cache(const AttentionSpec &spec, const Fail &fail) {
+    check_kv_dtype(spec, fail);
     const CacheSpec &cache = spec.cache;
     if (!cache.any()) {
         if (cache.dtype)
@@ -338,8 +350,9 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
         fail("name", "'" + spec.name + "' is " + reserved +
                          "; a layer's name becomes the C++ function of its entry point");
     if (spec.dtype == DType::i8)
-        fail("dtype", "i8 is a KV cache's storage only (cache_dtype = i8); the inputs and the "
-                      "output are f32, f16 or bf16");
+        fail("dtype", "i8 is the storage of a KV cache (cache_dtype = i8) or of the key and value "
+                      "inputs (kv_dtype = i8) only; the queries and the output are f32, f16 or "
+                      "bf16");
     if (spec.heads < 1 || spec.heads > 4096)
         fail("heads", "must be in 1..4096, got " + std::to_string(spec.heads));
     if (spec.kv_heads < 0 || spec.kv_heads > 4096)
@@ -562,7 +575,7 @@ void check_known_fields(const std::map<std::string, std::string> &params,
                                   "head_dim",    "scale",      "dtype",        "projections",
                                   "bias",        "cross",      "mask",         "rope",
                                   "rope_theta",  "rotary_dim", "rope_scaling", "cache",
-                                  "cache_dtype", "sinks",      "outputs"};
+                                  "cache_dtype", "sinks",      "outputs",      "kv_dtype"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -591,6 +604,12 @@ void read_shape(const ParamReader &reader, AttentionSpec &spec) {
             spec.dtype = *dtype;
         else
             reader.bad("dtype", "f32, f16 or bf16", *text);
+    }
+    if (auto text = reader.get("kv_dtype"); text && *text != "default") {
+        if (std::optional<DType> dtype = parse_dtype(*text))
+            spec.kv_dtype = *dtype;
+        else
+            reader.bad("kv_dtype", "f32, f16, bf16, i8 or 'default'", *text);
     }
 }
 
@@ -692,6 +711,7 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"head_dim", std::to_string(spec.head_dim)},
             {"scale", scale.str()},
             {"dtype", to_string(spec.dtype)},
+            {"kv_dtype", spec.kv_dtype ? to_string(*spec.kv_dtype) : "default"},
             {"projections", to_string(spec.projections)},
             {"bias", spec.projections.bias ? "true" : "false"},
             {"cross", spec.cross_attention ? "true" : "false"},

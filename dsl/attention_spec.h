@@ -17,7 +17,8 @@ enum class DType {
     f16,
     bf16,
     /// Signed 8-bit values with one f32 scale per (token, kv head): a KV cache's storage only
-    /// (cache_dtype = i8; docs/cache.md, "8-bit caches").
+    /// (cache_dtype = i8; docs/cache.md, "8-bit caches") or of the key and value inputs
+    /// (kv_dtype = i8).
     i8,
 };
 
@@ -99,6 +100,9 @@ struct AttentionSpec {
     int head_dim = 0;            ///< D; 0 means model_dim / heads
     std::optional<double> scale; ///< default 1 / sqrt(head_dim)
     DType dtype = DType::f32;
+    /// The per-head key and value inputs' storage; the layer's dtype by default. i8 inputs come
+    /// with an f32 scale per (key, kv head): `key_scales` and `value_scales`, (B, Hkv, Lk).
+    std::optional<DType> kv_dtype;
     Projections projections;
     bool cross_attention = false; ///< with projections: keys/values come from a second input
     /// A run-time f32 sink logit per query head (`sinks`, (H)): each row's softmax denominator
@@ -132,6 +136,7 @@ struct AttentionSpec {
     }
     int group_size() const { return heads / resolved_kv_heads(); }
     DType resolved_cache_dtype() const { return cache.dtype ? *cache.dtype : dtype; }
+    DType resolved_kv_dtype() const { return kv_dtype ? *kv_dtype : dtype; }
 };
 
 /** One problem with a description: the field it concerns and a sentence a user can act on. */

@@ -28,6 +28,8 @@ Halide::Type argument_type(const AttentionSpec &spec, const EntryArgument &argum
         return Halide::Int(32);
     if (argument.is_cache)
         return storage_type(spec.resolved_cache_dtype());
+    if (argument.is_kv)
+        return storage_type(spec.resolved_kv_dtype());
     return argument.is_declared ? Halide::Float(32) : storage_type(spec.dtype);
 }
 

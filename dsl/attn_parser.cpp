@@ -30,9 +30,9 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim",    "heads", "kv_heads",    "head_dim",  "dtype",  "projections", "bias",
-        "cross",        "mask",  "scale",       "score_mod", "rope",   "rope_theta",  "rotary_dim",
-        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs"};
+        "model_dim",    "heads", "kv_heads",    "head_dim",  "dtype",   "projections", "bias",
+        "cross",        "mask",  "scale",       "score_mod", "rope",    "rope_theta",  "rotary_dim",
+        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs", "kv_dtype"};
     return names;
 }
 
@@ -101,11 +101,11 @@ class Parser {
     // Whether `token`, first on its line, plainly starts an item (so the line before it
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
-        static const char *const starts[] = {"attention",   "tensor",      "scalar",       "let",
-                                             "dtype",       "projections", "bias",         "cross",
-                                             "mask",        "scale",       "score_mod",    "rope",
-                                             "rope_theta",  "rotary_dim",  "rope_scaling", "cache",
-                                             "cache_dtype", "sinks",       "outputs"};
+        static const char *const starts[] = {
+            "attention",   "tensor",      "scalar",     "let",        "dtype",
+            "projections", "bias",        "cross",      "mask",       "scale",
+            "score_mod",   "rope",        "rope_theta", "rotary_dim", "rope_scaling",
+            "cache",       "cache_dtype", "sinks",      "outputs",    "kv_dtype"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -345,8 +345,8 @@ class Parser {
             if (suggestion.empty())
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
-                             "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype, sinks and "
-                             "outputs";
+                             "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype, sinks, "
+                             "outputs and kv_dtype";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -387,11 +387,11 @@ class Parser {
             return parse_int_value(field, spec.head_dim);
         if (field == "dtype")
             return parse_dtype_value(field, spec.dtype);
-        if (field == "cache_dtype") {
+        if (field == "cache_dtype" || field == "kv_dtype") {
             DType dtype = DType::f32;
             if (!parse_dtype_value(field, dtype))
                 return false;
-            spec.cache.dtype = dtype;
+            (field == "kv_dtype" ? spec.kv_dtype : spec.cache.dtype) = dtype;
             return true;
         }
         if (field == "cache")
@@ -456,18 +456,18 @@ class Parser {
         return true;
     }
 
-    // f32 | f16 | bf16, and i8 for cache_dtype
+    // f32 | f16 | bf16, and i8 for cache_dtype and kv_dtype
     bool parse_dtype_value(const std::string &field, DType &value) {
         const Token token = peek();
-        const std::string choices =
-            field == "cache_dtype" ? "f32, f16, bf16 or i8" : "f32, f16 or bf16";
+        const bool storage = field == "cache_dtype" || field == "kv_dtype";
+        const std::string choices = storage ? "f32, f16, bf16 or i8" : "f32, f16 or bf16";
         if (token.kind != Token::Kind::name) {
             expected(choices + " for '" + field + "'", token);
             return false;
         }
         take();
         std::optional<DType> dtype = parse_dtype(std::string(token.text));
-        if (!dtype || (*dtype == DType::i8 && field != "cache_dtype")) {
+        if (!dtype || (*dtype == DType::i8 && !storage)) {
             error(token.where,
                   "unknown " + field + " '" + std::string(token.text) + "'; expected " + choices);
             return false;

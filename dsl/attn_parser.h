@@ -9,6 +9,7 @@
 //           | 'let' NAME '=' expr             (substituted where used; any order, no cycles)
 //   dim    := batch | heads | kv_heads | queries | keys | head_dim | INTEGER
 //   fields := model_dim, heads, kv_heads, head_dim = INTEGER;  dtype = f32 | f16 | bf16;
+//             kv_dtype = f32 | f16 | bf16 | i8;
 //             projections = none | q, k, v, out (a comma list);
 //             bias, cross, sinks = true | false;  outputs = out | out, lse;
 //             mask = none | term { '+' term },
@@ -19,6 +20,7 @@
 //             = NUMBER;  rotary_dim = INTEGER; rope_scaling = none | linear '(' NUMBER ')'
 //                          | llama3 '(' NUMBER ',' NUMBER ',' NUMBER ',' INTEGER ')';
 //             cache = none | contiguous | paged '(' INTEGER ')';  cache_dtype = f32 | f16 | bf16
+//               | i8
 //   expr   := from loosest to tightest: || ; && ; == != < <= > >= (not chained) ; + - ;
 //             * / % ; prefix - ! ; f(args) and t[indices] ; INTEGER, REAL, true, false,
 //             NAME, '(' expr ')'. Newlines are ignored inside brackets and after an operator.

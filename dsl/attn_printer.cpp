@@ -64,6 +64,8 @@ std::string to_attn(const AttentionSpec &spec) {
         line("head_dim = " + std::to_string(spec.head_dim));
     if (spec.dtype != DType::f32)
         line("dtype = " + std::string(to_string(spec.dtype)));
+    if (spec.kv_dtype)
+        line("kv_dtype = " + std::string(to_string(*spec.kv_dtype)));
     if (spec.projections.any())
         line("projections = " + projections_text(spec.projections));
     if (spec.projections.bias)
@@ -96,6 +98,7 @@ std::string to_attn(const AttentionSpec &spec) {
         line("cache = " + cache_text(spec.cache));
     if (spec.cache.dtype)
         line("cache_dtype = " + std::string(to_string(*spec.cache.dtype)));
+
     if (spec.score_mod)
         line("score_mod = " + to_string(*spec.score_mod));
     return text + "}\n";

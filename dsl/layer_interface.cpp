@@ -61,8 +61,14 @@ void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
         // With a cache, the keys and values given are the new tokens'.
         const TensorDim new_keys = spec.cache.any() ? queries : keys;
         add(args, "query", {fixed(dim), queries, fixed(heads), batch});
-        add(args, "key", {fixed(dim), new_keys, fixed(kv), batch});
-        add(args, "value", {fixed(dim), new_keys, fixed(kv), batch});
+        for (const char *name : {"key", "value"}) {
+            add(args, name, {fixed(dim), new_keys, fixed(kv), batch});
+            args.back().is_kv = true;
+        }
+        if (spec.resolved_kv_dtype() == DType::i8)
+            // One f32 scale per (key, kv head): the inputs' dims without head_dim.
+            for (const char *name : {"key_scales", "value_scales"})
+                args.push_back({name, Kind::buffer, false, true, {keys, fixed(kv), batch}});
     }
 }
 

@@ -24,6 +24,7 @@ struct EntryArgument {
     /** Fixed extents (symbol fixed), or the call's batch, queries or keys (never the others). */
     std::vector<TensorDim> dims;
     bool is_cache = false; ///< in the cache's storage type: the caches and the new rows
+    bool is_kv = false;    ///< in the key and value inputs' storage type (kv_dtype)
     /** Not the caller's: the runtime provides it (a cached layer's key_count, k_new, v_new). */
     bool is_internal = false;
 };
@@ -38,7 +39,8 @@ struct EntryArgument {
  * cache_lengths + query_lengths: the extent of the keys); and besides `out` it outputs k_new
  * and v_new (B, Hkv, Lq, D), the new rows in the cache's type, which the runtime appends. An
  * i8 cache also takes k_scales and v_scales (the cache's shape without D, f32) and outputs the
- * new rows' k_new_scales and v_new_scales (B, Hkv, Lq).
+ * new rows' k_new_scales and v_new_scales (B, Hkv, Lq). With kv_dtype = i8, key and value
+ * come with key_scales and value_scales (B, Hkv, Lk) f32.
  */
 std::vector<EntryArgument> layer_arguments(const AttentionSpec &spec);
 

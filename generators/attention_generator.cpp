@@ -64,6 +64,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<int> head_dim{"head_dim", 0};
     GeneratorParam<std::string> scale{"scale", "default"};
     GeneratorParam<std::string> dtype{"dtype", "f32"};
+    GeneratorParam<std::string> kv_dtype{"kv_dtype", "default"};
     GeneratorParam<std::string> projections{"projections", "none"};
     GeneratorParam<bool> bias{"bias", false};
     GeneratorParam<bool> cross{"cross", false};
@@ -116,6 +117,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"head_dim", std::to_string(int(head_dim))},
                       {"scale", scale},
                       {"dtype", dtype},
+                      {"kv_dtype", kv_dtype},
                       {"projections", projections},
                       {"bias", bias ? "true" : "false"},
                       {"cross", cross ? "true" : "false"},

@@ -12,6 +12,8 @@ AttentionInputs bind_inputs(const AttentionSpec &spec, const BoundArguments &arg
     in.query = buffer("query");
     in.key = buffer("key");
     in.value = buffer("value");
+    in.key_scales = buffer("key_scales");
+    in.value_scales = buffer("value_scales");
     in.x = buffer("x");
     in.context = buffer("context");
     in.wq = buffer("wq");

@@ -50,6 +50,24 @@ const char *cpp_bool(bool value) {
     return value ? "true" : "false";
 }
 
+/**
+ * LayerInfo's trailing fields (sinks, lse, kv_dtype), each written only up to the last one that
+ * differs from its default, so that the headers of layers without them read as before.
+ */
+std::string optional_info(const AttentionSpec &spec) {
+    const std::string fields[] = {cpp_bool(spec.sinks), cpp_bool(spec.lse_output),
+                                  runtime_dtype(spec.resolved_kv_dtype())};
+    const bool set[] = {spec.sinks, spec.lse_output, spec.kv_dtype.has_value()};
+    size_t count = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (set[i])
+            count = i + 1;
+    std::string text;
+    for (size_t i = 0; i < count; i++)
+        text += ", " + fields[i];
+    return text;
+}
+
 /** A C++ string literal of `text`. */
 std::string quote(const std::string &text) {
     std::string literal = "\"";
@@ -131,8 +149,12 @@ std::string argument_docs(const AttentionSpec &spec) {
         line("value    (B, Hkv, Lq, D)");
     } else {
         line("query    (B, H, Lq, D)");
-        line("key      (B, Hkv, Lk, D)");
-        line("value    (B, Hkv, Lk, D)");
+        const std::string kv_dtype =
+            spec.kv_dtype ? " " + std::string(to_string(*spec.kv_dtype)) : "";
+        line("key      (B, Hkv, Lk, D)" + kv_dtype);
+        line("value    (B, Hkv, Lk, D)" + kv_dtype);
+        if (spec.resolved_kv_dtype() == DType::i8)
+            line("key_scales, value_scales (B, Hkv, Lk) f32: each key's and value's row scale");
     }
     if (spec.cache.any()) {
         const std::string dtype = to_string(spec.resolved_cache_dtype());
@@ -204,11 +226,13 @@ inline int {name}_variant_{index}_argv(void **args) {{
 }
 
 /**
- * The header comment's fields past the mask that only some layers have: sinks, outputs, rope,
- * cache.
+ * The header comment's fields past the mask that only some layers have: sinks, kv_dtype,
+ * outputs, rope, cache.
  */
 std::string feature_comment(const AttentionSpec &spec) {
     std::string text = spec.sinks ? " sinks=true" : "";
+    if (spec.kv_dtype)
+        text += " kv_dtype=" + std::string(to_string(*spec.kv_dtype));
     if (spec.lse_output)
         text += " outputs=out,lse";
     if (spec.rope.any())
@@ -328,13 +352,7 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
         fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
-        // Written only when set, so that the headers of layers without sinks or an lse read as
-        // before.
-        fmt::arg("sinks", spec.lse_output
-                              ? std::string(spec.sinks ? ", true" : ", false") + ", true"
-                          : spec.sinks ? ", true"
-                                       : ""),
-        fmt::arg("feature_comment", feature_comment(spec)));
+        fmt::arg("sinks", optional_info(spec)), fmt::arg("feature_comment", feature_comment(spec)));
 }
 
 } // namespace attngen

@@ -104,6 +104,8 @@ const Layout *find_argument(const Arguments &args, const char *name, const void 
                             {"rope_cos", &args.rope_cos},
                             {"rope_sin", &args.rope_sin},
                             {"sinks", &args.sinks},
+                            {"key_scales", &args.key_scales},
+                            {"value_scales", &args.value_scales},
                             {"block_table", &args.block_table},
                             {"cache_lengths", &args.cache_lengths},
                             {"query_lengths", &args.query_lengths}};

@@ -121,6 +121,9 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     ArgRule query_lengths =
         rule("query_lengths", args.query_lengths, cached, no_cache, DType::i32, {batch});
     query_lengths.optional = true;
+    // i8 keys and values: a scale per key and kv head.
+    const bool kv_i8 = !proj && info.kv_dtype == DType::i8;
+    const char *no_kv_scales = "has no i8 keys and values (its kv_dtype is not i8)";
     ArgRule lse = rule("lse", args.lse, info.lse, "writes no lse (it is not outputs = out, lse)",
                        DType::f32, {batch, heads, lq});
     lse.is_output = true;
@@ -129,10 +132,13 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              {batch, heads, lq, head_dim}),
         rule("x", args.x, proj, "has no projections: pass `query`, `key` and `value`", t,
              {batch, lq, model_dim}),
-        rule("key", args.key, !proj, "has projections: keys come from `x` or `context`", t,
-             {batch, kv_heads, new_keys, head_dim}),
-        rule("value", args.value, !proj, "has projections: values come from `x` or `context`", t,
-             {batch, kv_heads, new_keys, head_dim}),
+        rule("key", args.key, !proj, "has projections: keys come from `x` or `context`",
+             info.kv_dtype, {batch, kv_heads, new_keys, head_dim}),
+        rule("value", args.value, !proj, "has projections: values come from `x` or `context`",
+             info.kv_dtype, {batch, kv_heads, new_keys, head_dim}),
+        rule("key_scales", args.key_scales, kv_i8, no_kv_scales, DType::f32, {batch, kv_heads, lk}),
+        rule("value_scales", args.value_scales, kv_i8, no_kv_scales, DType::f32,
+             {batch, kv_heads, lk}),
         rule("context", args.context, proj && info.cross_attention, "is not cross-attention", t,
              {batch, lk, model_dim}),
         rule("wq", args.wq, proj, "has no projections", t,
@@ -427,7 +433,7 @@ std::atomic<bool> finite_check_enabled{false};
  * that is NaN or an infinity (-inf allowed where it masks), as an error naming it.
  */
 Status check_finite(const char *name, const Layout &layout, const void *data,
-                    bool negative_infinity_masks) {
+                    bool negative_infinity_masks, const char *why = "the finite check is on") {
     int64_t count = 1;
     for (int i = 0; i < layout.rank; i++)
         count *= layout.shape[i];
@@ -447,7 +453,7 @@ Status check_finite(const char *name, const Layout &layout, const void *data,
                                  (std::isnan(value) ? "NaN"
                                   : value > 0       ? "+inf"
                                                     : "-inf") +
-                                 " at [" + at + "] (the finite check is on)");
+                                 " at [" + at + "] (" + why + ")");
         }
         for (int i = layout.rank - 1; i >= 0 && ++index[i] == layout.shape[i]; i--)
             index[i] = 0;
@@ -632,13 +638,23 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
     if (cached)
         if (Status cache = check_cache(info, args, shape); !cache)
             return cache;
+    // i8 keys' and values' scales are read in whole: each must be finite (on the host; device
+    // scales are not read back, and a non-finite one makes its key's rows NaN).
+    for (const ArgRule &rule : rules)
+        if (rule.wanted && rule.given && !rule.on_device &&
+            (std::strcmp(rule.name, "key_scales") == 0 ||
+             std::strcmp(rule.name, "value_scales") == 0))
+            if (Status finite = check_finite(rule.name, *rule.layout, rule.data, false,
+                                             "the scales of i8 keys and values must be finite");
+                !finite)
+                return finite;
 
     // The opt-in finite check: every host float input the call reads in whole (the caches'
     // unwritten slots may hold anything, and are not scanned). Declared scalars are always
     // checked finite (check_declared_scalars).
     if (finite_check_enabled.load(std::memory_order_relaxed)) {
         for (const ArgRule &rule : rules) {
-            const bool is_float = rule.dtype != DType::i32;
+            const bool is_float = rule.dtype != DType::i32 && rule.dtype != DType::i8;
             if (!rule.wanted || !rule.given || rule.is_output || rule.on_device || !is_float)
                 continue;
             const bool masks = std::strcmp(rule.name, "attn_bias") == 0;

@@ -748,3 +748,19 @@ TEST_CASE("KV cache fields parse and print back") {
     CHECK(!contiguous.cache.dtype);
     check_round_trip(contiguous);
 }
+
+TEST_CASE("kv_dtype parses and prints back") {
+    AttentionSpec quantized = one_layer("attention q8 {\n"
+                                        "    heads = 8; kv_heads = 2; head_dim = 64\n"
+                                        "    dtype = f16; kv_dtype = i8\n"
+                                        "}\n");
+    CHECK(quantized.resolved_kv_dtype() == attngen::DType::i8);
+    CHECK(quantized.dtype == attngen::DType::f16);
+    check_round_trip(quantized);
+    CHECK(to_attn(quantized).find("    dtype = f16\n    kv_dtype = i8\n") != std::string::npos);
+
+    AttentionSpec plain = one_layer("attention plain { heads = 4; head_dim = 32; dtype = bf16 }");
+    CHECK(!plain.kv_dtype);
+    CHECK(plain.resolved_kv_dtype() == attngen::DType::bf16);
+    CHECK(to_attn(plain).find("kv_dtype") == std::string::npos);
+}

@@ -18,6 +18,8 @@
 #include "g_d32_cache_i8.h"
 #include "g_d32_cache_paged.h"
 #include "g_d32_decode_masks.h"
+#include "g_d32_kv_i8.h"
+#include "g_d32_kv_i8_decode.h"
 #include "g_d32_lse.h"
 #include "g_d32_lse_decode.h"
 #include "g_d32_rope_decode.h"
@@ -190,6 +192,14 @@ TEST_CASE("GPU schedule: the lse output, grouped heads, causal and padding") {
 
 TEST_CASE("GPU split-KV decode form: the lse output with sinks, causal and padding") {
     check_on_gpu(g_d32_lse_decode_layer(), 546);
+}
+
+TEST_CASE("GPU schedule: i8 keys and values with rotary embeddings") {
+    check_on_gpu(g_d32_kv_i8_layer(), 547);
+}
+
+TEST_CASE("GPU split-KV decode form: i8 keys and values, causal and padding") {
+    check_on_gpu(g_d32_kv_i8_decode_layer(), 548);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -120,16 +120,11 @@ TEST_CASE("chunked prefill and token-by-token decode match one prefill with an i
 
 TEST_CASE("an i8 cache in the split-KV decode form stays within its quantization's worst-case "
           "error bound") {
-    // Quantizing a row to round(x / s), s = max |x| / 127, moves each element by at most
-    // max|x| / 254. A key's score moves by at most e = scale * |q|_1 * max|K| / 254, each
-    // softmax weight by a factor within e^(+-2e), so the output moves by at most
-    // max|V| / 254 + (e^(2e) - 1) max|V|. Here |q|, |K|, |V| <= 1, D = 64, scale = 1/8:
-    // e = 64 / 8 / 254 and the bound is 0.069.
+    // |q|, |K|, |V| <= 1, D = 64, scale = 1/8: the bound is 0.069 (i8_error_bound).
     const uint32_t seed = test_seed(5133);
     INFO("seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
     const attngen::Layer &layer = t_d64_cache_i8_decode_layer();
-    const double e = 64.0 / 8.0 / 254.0;
-    const double bound = 1.0 / 254.0 + std::expm1(2.0 * e) + 1e-5;
+    const double bound = i8_error_bound(layer.info.head_dim, layer.info.scale);
     CachedBatch batch(layer, {0, 17, 300}, 400, seed);
     double worst = 0.0;
     for (const std::vector<int> &lengths :

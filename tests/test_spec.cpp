@@ -334,8 +334,43 @@ TEST_CASE("i8: a cache's storage, which round-trips, and never the layer's dtype
 
     AttentionSpec layer = sdpa(4, 64);
     layer.dtype = attngen::DType::i8;
-    CHECK(problems(layer) == "dtype: i8 is a KV cache's storage only (cache_dtype = i8); the "
-                             "inputs and the output are f32, f16 or bf16");
+    CHECK(problems(layer) ==
+          "dtype: i8 is the storage of a KV cache (cache_dtype = i8) or of the key and value "
+          "inputs (kv_dtype = i8) only; the queries and the output are f32, f16 or bf16");
+}
+
+TEST_CASE("kv_dtype: the key and value inputs' storage, which round-trips, without projections "
+          "or a cache") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "64"}, {"dtype", "f16"}, {"kv_dtype", "i8"}}, errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.resolved_kv_dtype() == attngen::DType::i8);
+    CHECK(problems(parsed).empty());
+    CHECK(attngen::spec_to_params(parsed).at("kv_dtype") == "i8");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(round_trip.resolved_kv_dtype() == attngen::DType::i8);
+    // By default the layer's dtype, and the tuned records' hash of a layer without it.
+    AttentionSpec plain = sdpa(4, 64);
+    CHECK(attngen::spec_to_params(plain).at("kv_dtype") == "default");
+    CHECK(plain.resolved_kv_dtype() == attngen::DType::f32);
+
+    attngen::spec_from_params({{"kv_dtype", "int8"}}, errors);
+    CHECK(attngen::describe_errors(errors) ==
+          "kv_dtype: expected f32, f16, bf16, i8 or 'default', got 'int8'");
+    AttentionSpec projected = sdpa(4, 64);
+    projected.model_dim = 256;
+    projected.projections = {true, true, true, false, false};
+    projected.kv_dtype = attngen::DType::i8;
+    CHECK(problems(projected) == "kv_dtype: needs per-head key and value inputs; with projections "
+                                 "the keys and values are computed (in dtype)");
+    AttentionSpec cached = sdpa(4, 64);
+    cached.cache.kind = attngen::CacheSpec::Kind::contiguous;
+    cached.kv_dtype = attngen::DType::f16;
+    CHECK(problems(cached) == "kv_dtype: cannot be combined with a cache: the new tokens' keys "
+                              "and values are in dtype and the cache's storage is cache_dtype");
 }
 
 TEST_CASE("sinks: a boolean field that round-trips, false by default") {

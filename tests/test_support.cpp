@@ -26,6 +26,8 @@ const void *HostTensor::data() const {
         return values.data();
     case attngen::DType::i32:
         return ints.data();
+    case attngen::DType::i8:
+        return bytes.data();
     default:
         return half.data();
     }
@@ -77,6 +79,34 @@ void fill(HostTensor &tensor, attngen::DType dtype, std::vector<int64_t> shape, 
     }
 }
 
+/**
+ * Fills `tensor` with uniform values in [-range, range] stored as `dtype`; i8 rows (the last
+ * dimension) are quantized as quantize_i8 does, with their scales in `scales`, and `values` holds
+ * each byte times its row's scale.
+ */
+void fill_stored(HostTensor &tensor, HostTensor &scales, attngen::DType dtype,
+                 const std::vector<int64_t> &shape, double range, std::mt19937 &rng) {
+    if (dtype != attngen::DType::i8) {
+        fill(tensor, dtype, shape, range, rng);
+        return;
+    }
+    fill(tensor, attngen::DType::f32, shape, range, rng);
+    tensor.dtype = attngen::DType::i8;
+    tensor.unquantized = tensor.values;
+    const size_t row = static_cast<size_t>(shape.back());
+    scales.dtype = attngen::DType::f32;
+    scales.shape.assign(shape.begin(), shape.end() - 1);
+    scales.values.resize(tensor.values.size() / row);
+    tensor.bytes.resize(tensor.values.size());
+    for (size_t r = 0; r < scales.values.size(); r++) {
+        float *values = tensor.values.data() + r * row;
+        int8_t *bytes = tensor.bytes.data() + r * row;
+        scales.values[r] = quantize_i8(values, row, bytes);
+        for (size_t i = 0; i < row; i++)
+            values[i] = static_cast<float>(bytes[i]) * scales.values[r];
+    }
+}
+
 std::vector<double> widen(const HostTensor &tensor) {
     return std::vector<double>(tensor.values.begin(), tensor.values.end());
 }
@@ -110,8 +140,8 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
         }
     } else {
         fill(query, t, {b, H, lq, D}, 1.0, rng);
-        fill(key, t, {b, Hkv, lk, D}, 1.0, rng);
-        fill(value, t, {b, Hkv, lk, D}, 1.0, rng);
+        fill_stored(key, key_scales, info.kv_dtype, {b, Hkv, lk, D}, 1.0, rng);
+        fill_stored(value, value_scales, info.kv_dtype, {b, Hkv, lk, D}, 1.0, rng);
     }
     if (info.key_padding) {
         key_lengths.dtype = attngen::DType::i32;
@@ -182,6 +212,8 @@ attngen::Arguments Problem::arguments(void *out) const {
     args.query = query.view();
     args.key = key.view();
     args.value = value.view();
+    args.key_scales = key_scales.view();
+    args.value_scales = value_scales.view();
     args.x = x.view();
     args.context = context.view();
     args.wq = wq.view();
@@ -291,6 +323,23 @@ void *OutputBuffer::data() {
     return dtype == attngen::DType::f32  ? static_cast<void *>(f32.data())
            : dtype == attngen::DType::i8 ? static_cast<void *>(bytes.data())
                                          : static_cast<void *>(half.data());
+}
+
+void check_refused(const attngen::Layer &layer, const attngen::Arguments &args,
+                   const std::string &expected) {
+    const attngen::Status status = attngen::run(layer, args);
+    INFO("expected \"" << expected << "\", got \"" << status.message() << "\"");
+    CHECK_FALSE(status.ok());
+    CHECK(status.message().find(expected) != std::string::npos);
+}
+
+double i8_error_bound(int head_dim, double scale) {
+    // Quantizing a row to round(x / s), s = max |x| / 127, moves each element by at most
+    // max|x| / 254. A key's score moves by at most e = scale * |q|_1 * max|K| / 254, each
+    // softmax weight by a factor within e^(+-2e), so the output moves by at most
+    // max|V| / 254 + (e^(2e) - 1) max|V|; plus 1e-5 for the f32 arithmetic.
+    const double e = head_dim * scale / 254.0;
+    return 1.0 / 254.0 + std::expm1(2.0 * e) + 1e-5;
 }
 
 float quantize_row(const std::vector<double> &row, std::vector<int8_t> &bytes) {

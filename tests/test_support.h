@@ -21,9 +21,11 @@ uint32_t test_seed(uint32_t fallback);
 struct HostTensor {
     attngen::DType dtype = attngen::DType::f32;
     std::vector<int64_t> shape;
-    std::vector<float> values;  ///< what the layer reads, after rounding to dtype
-    std::vector<uint16_t> half; ///< storage for f16/bf16
-    std::vector<int32_t> ints;  ///< storage for i32
+    std::vector<float> values;      ///< what the layer reads, after rounding to dtype
+    std::vector<uint16_t> half;     ///< storage for f16/bf16
+    std::vector<int32_t> ints;      ///< storage for i32
+    std::vector<int8_t> bytes;      ///< storage for i8: values = bytes times the row's scale
+    std::vector<float> unquantized; ///< i8: the values drawn, before quantization
     const void *data() const;
     attngen::Tensor view() const;
 };
@@ -43,6 +45,8 @@ class Problem {
     const attngen::LayerInfo &info;
     int batch, query_len, key_len;
     HostTensor query, key, value, x, context, wq, wk, wv, wo, bq, bk, bv, bo;
+    /** kv_dtype = i8: key and value quantized per row (quantize_i8), and their rows' scales. */
+    HostTensor key_scales, value_scales;
     HostTensor key_lengths, attn_bias;
     HostTensor rope_cos, rope_sin; ///< rope = table: cos and sin of random angles, (Lk, R / 2)
     HostTensor sinks;              ///< sinks = true: (H) f32 in [-3, 3]
@@ -94,6 +98,16 @@ double lse_error(const std::vector<float> &got, const std::vector<double> &want)
  * rounded inputs and the lse is f32).
  */
 constexpr double lse_tolerance = 1e-5;
+
+/** Expects run(layer, args) to fail with a message containing `expected`. */
+void check_refused(const attngen::Layer &layer, const attngen::Arguments &args,
+                   const std::string &expected);
+
+/**
+ * The worst-case error of attention over i8 keys and values (an i8 cache, kv_dtype = i8)
+ * against the unquantized values, for |q|, |K|, |V| <= 1 (docs/cache.md derives it).
+ */
+double i8_error_bound(int head_dim, double scale);
 
 /** "B=2 Lq=17 Lk=33 seed=123" for messages. */
 std::string describe(const Problem &problem, uint32_t seed);

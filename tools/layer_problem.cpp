@@ -30,7 +30,10 @@ void fill(HostArgument &arg, double low, double high, std::mt19937 &rng) {
         double value = uniform(rng);
         if (type.is_int()) {
             int32_t integer = static_cast<int32_t>(std::floor(value + 0.5));
-            static_cast<int32_t *>(arg.buffer.data())[i] = integer;
+            if (type.bits() == 8)
+                static_cast<int8_t *>(arg.buffer.data())[i] = static_cast<int8_t>(integer);
+            else
+                static_cast<int32_t *>(arg.buffer.data())[i] = integer;
             arg.values[i] = integer;
         } else if (type.is_bfloat()) {
             Halide::bfloat16_t stored(static_cast<float>(value));
@@ -175,9 +178,22 @@ InputSet make_inputs(const LayerProblem &problem, uint32_t seed) {
             fill(arg, -0.5, 0.5, rng);
         else if (name == "attn_bias")
             fill(arg, -2, 2, rng);
+        else if (name == "key_scales" || name == "value_scales")
+            fill(arg, 0.5 / 127, 1.0 / 127, rng);
+        else if (arg.buffer.type() == Halide::Int(8)) // i8 keys and values, as quantized
+            fill(arg, -127, 127, rng);
         else
             fill(arg, -1, 1, rng);
     }
+    // i8 keys and values: the reference reads each element times its row's scale.
+    if (spec.resolved_kv_dtype() == DType::i8 && !spec.projections.any())
+        for (const char *name : {"key", "value"}) {
+            HostArgument &stored = inputs.at(name);
+            const std::vector<double> &scales = inputs.at(std::string(name) + "_scales").values;
+            const size_t row = static_cast<size_t>(stored.buffer.dim(0).extent());
+            for (size_t i = 0; i < stored.values.size(); i++)
+                stored.values[i] *= scales[i / row];
+        }
     return inputs;
 }
 

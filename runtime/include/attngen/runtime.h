@@ -16,7 +16,10 @@ struct halide_filter_metadata_t;
 namespace attngen {
 
 /** Element types of tensors. Layers store f32, f16 or bf16; key lengths are i32. */
-/** i8: a KV cache's 8-bit storage (cache_dtype = i8), with f32 scales beside it. */
+/**
+ * i8: 8-bit storage of a KV cache (cache_dtype = i8) or of the key and value inputs (kv_dtype =
+ * i8), with an f32 scale per row beside it: element d of a row is values[d] * scale.
+ */
 enum class DType { f32, f16, bf16, i32, i8 };
 
 /** The size of one element in bytes. */
@@ -86,6 +89,9 @@ struct Arguments {
     Tensor query; ///< (B, H, Lq, D)
     Tensor key;   ///< (B, Hkv, Lk, D)
     Tensor value; ///< (B, Hkv, Lk, D)
+    // Layers with kv_dtype = i8: key and value hold round(x / scale) in [-127, 127] per row,
+    // with one f32 scale per key and kv head, max |x| / 127 of the row. Must be finite.
+    Tensor key_scales, value_scales; ///< (B, Hkv, Lk) f32
     // Layers with projections.
     Tensor x;              ///< (B, Lq, M); keys and values too in self-attention
     Tensor context;        ///< (B, Lk, M); cross-attention only
@@ -191,6 +197,8 @@ struct LayerInfo {
     CacheInfo cache;
     bool sinks = false; ///< takes `sinks`, a logit per query head
     bool lse = false;   ///< also writes `lse` (outputs = out, lse)
+    /// The storage of `key` and `value` (kv_dtype); i8 comes with key_scales and value_scales.
+    DType kv_dtype = dtype;
 };
 
 /** Where a layer variant runs. */
