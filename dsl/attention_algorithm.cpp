@@ -667,16 +667,17 @@ std::string buffer_name(const Func &input) {
 }
 
 /**
- * An i8 cache's new rows from `rows` (d, t, h, b): `scales` (t, h, b) = max |x| / 127 over the
- * row, and `values` = round(x / scale) (ties to even), in [-127, 127]; 0 where the scale is 0
- * or not finite (a NaN or an infinity in the row, which the scale then holds).
+ * An i8 cache's new rows of `width` elements from `rows` (d, t, h, b): `scales` (t, h, b) =
+ * max |x| / 127 over the row, and `values` = round(x / scale) (ties to even), in [-127, 127]; 0
+ * where the scale is 0 or not finite (a NaN or an infinity in the row, which the scale then holds).
  */
-void define_quantized(const AttentionStages &s, Func rows, Func values, Func scales) {
+void define_quantized(const AttentionStages &s, Func rows, Func values, Func scales, int width) {
     Var d = s.d, k = s.k, h = s.h, b = s.b;
+    RDom r(0, width, "r_row");
     // The largest magnitude by its bits: for magnitudes, integer order is float order, and NaN
     // and the infinities lie above every finite value (a float max under fast-math flags may
     // drop a NaN).
-    Expr magnitude = Halide::reinterpret<int32_t>(rows(s.r_head_dim, k, h, b)) & 0x7fffffff;
+    Expr magnitude = Halide::reinterpret<int32_t>(rows(r, k, h, b)) & 0x7fffffff;
     scales(k, h, b) = Halide::reinterpret<float>(Halide::maximum(magnitude)) / 127.0f;
     Expr scale = scales(k, h, b);
     Expr scale_bits = Halide::reinterpret<int32_t>(scale);
@@ -718,8 +719,8 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
     if (quantized) {
         s.k_new_scales = in.k_new_scales;
         s.v_new_scales = in.v_new_scales;
-        define_quantized(s, k_rows, s.k_new, s.k_new_scales);
-        define_quantized(s, rows.values, s.v_new, s.v_new_scales);
+        define_quantized(s, k_rows, s.k_new, s.k_new_scales, spec.resolved_head_dim());
+        define_quantized(s, rows.values, s.v_new, s.v_new_scales, spec.resolved_value_dim());
     } else {
         s.k_new(d, k, h, b) = narrowed(cached, k_rows(d, k, h, b));
         s.v_new(d, k, h, b) = narrowed(cached, rows.values(d, k, h, b));
@@ -758,7 +759,6 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
 void define_projections(AttentionStages &s, const AttentionInputs &in) {
     const AttentionSpec &spec = s.spec;
     const Projections &proj = spec.projections;
-    const int head_dim = spec.resolved_head_dim();
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b;
     Var in_feature = s.c, out_feature{"o"}; // of the weights, as nn.Linear names them
     s.r_model = RDom(0, spec.resolved_model_dim(), "r_model");
@@ -771,16 +771,18 @@ void define_projections(AttentionStages &s, const AttentionInputs &in) {
             s.widened(in.context(in_feature, Halide::clamp(k, 0, in.key_len - 1), b));
     else
         s.kv_rows = s.q_rows;
-    Expr row = h * head_dim + d;
+    // Head h's rows of a weight: h * width + d, width head_dim for Q and K, value_dim for V.
     auto project = [&](Func &stage, Func &weight, const Var &pos, const Func &rows,
-                       const Func &raw_weight, const Func &bias) {
+                       const Func &raw_weight, const Func &bias, int width) {
+        Expr row = h * width + d;
         weight(in_feature, out_feature) = s.widened(raw_weight(in_feature, out_feature));
         stage(d, pos, h, b) = proj.bias ? s.widened(bias(row)) : Expr(0.0f);
         stage(d, pos, h, b) += rows(s.r_model, pos, b) * weight(s.r_model, row);
     };
-    project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq);
-    project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk);
-    project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv);
+    const int head_dim = spec.resolved_head_dim();
+    project(s.q_proj, s.q_weight, q, s.q_rows, in.wq, in.bq, head_dim);
+    project(s.k_proj, s.k_weight, k, s.kv_rows, in.wk, in.bk, head_dim);
+    project(s.v_proj, s.v_weight, k, s.kv_rows, in.wv, in.bv, spec.resolved_value_dim());
 }
 
 /**
@@ -896,11 +898,11 @@ void define_output(AttentionStages &s, const AttentionInputs &in, const RowResul
         Halide::FuncRef ref = s.attn_out(at, query, head, b);
         return spec.lse_output ? ref[0] : Expr(ref);
     };
-    const int head_dim = spec.resolved_head_dim();
+    const int value_dim = spec.resolved_value_dim();
     const bool has_out = spec.projections.out;
     if (has_out) {
-        s.r_concat = RDom(0, head_dim, 0, spec.heads, "r_concat");
-        Expr concat_row = s.r_concat.y * head_dim + s.r_concat.x;
+        s.r_concat = RDom(0, value_dim, 0, spec.heads, "r_concat");
+        Expr concat_row = s.r_concat.y * value_dim + s.r_concat.x;
         s.out_proj(c, q, b) = spec.projections.bias ? s.widened(in.bo(c)) : Expr(0.0f);
         s.o_weight(in_feature, out_feature) = s.widened(in.wo(in_feature, out_feature));
         s.out_proj(c, q, b) += attention(s.r_concat.x, q, s.r_concat.y) * s.o_weight(concat_row, c);

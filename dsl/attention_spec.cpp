@@ -158,8 +158,15 @@ template <typename Fail> void check_rope(const AttentionSpec &spec, const Fail &
 
 } // namespace
 
-/** kv_dtype stores the caller's per-head keys and values: not with projections or a cache. */
-template <typename Fail> void check_kv_dtype(const AttentionSpec &spec, const Fail &fail) {
+/**
+ * value_dim's range, and kv_dtype, which stores the caller's per-head keys and values: not with
+ * projections or a cache.
+ */
+template <typename Fail> void check_keys_and_values(const AttentionSpec &spec, const Fail &fail) {
+    constexpr int max_dim = 1 << 16;
+    if (spec.value_dim < 0 || spec.value_dim > max_dim)
+        fail("value_dim", "must be in 1.." + std::to_string(max_dim) +
+                              " (or 0 for = head_dim), got " + std::to_string(spec.value_dim));
     if (spec.kv_dtype && spec.projections.any())
         fail("kv_dtype", "needs per-head key and value inputs; with projections the keys and "
                          "values are computed (in dtype)");
@@ -168,9 +175,7 @@ template <typename Fail> void check_kv_dtype(const AttentionSpec &spec, const Fa
                          "in dtype and the cache's storage is cache_dtype");
 }
 
-/** The cache's fields, and the storage of keys and values (check_kv_dtype). */
 template <typename Fail> void check_cache(const AttentionSpec &spec, const Fail &fail) {
-    check_kv_dtype(spec, fail);
     const CacheSpec &cache = spec.cache;
     if (!cache.any()) {
         if (cache.dtype)
@@ -406,7 +411,7 @@ std::vector<SpecError> check_spec(const AttentionSpec &spec) {
         fail("mask", "window must be positive, got " + std::to_string(spec.mask.window));
     check_rope(spec, fail);
     check_cache(spec, fail);
-
+    check_keys_and_values(spec, fail);
     // The declared run-time inputs, score_mod and the mask predicates.
     for (const LayerExprError &error : check_layer_expressions(spec))
         fail(error.field, error.message);
@@ -571,11 +576,11 @@ struct ParamReader {
 /** Records an error for each field of params that an attention layer does not have. */
 void check_known_fields(const std::map<std::string, std::string> &params,
                         std::vector<SpecError> &errors) {
-    static const char *known[] = {"name",        "model_dim",  "heads",        "kv_heads",
-                                  "head_dim",    "scale",      "dtype",        "projections",
-                                  "bias",        "cross",      "mask",         "rope",
-                                  "rope_theta",  "rotary_dim", "rope_scaling", "cache",
-                                  "cache_dtype", "sinks",      "outputs",      "kv_dtype"};
+    static const char *known[] = {
+        "name",       "model_dim",   "heads",        "kv_heads", "head_dim",    "scale",
+        "dtype",      "projections", "bias",         "cross",    "mask",        "rope",
+        "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype", "sinks",
+        "outputs",    "kv_dtype",    "value_dim"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -593,6 +598,7 @@ void read_shape(const ParamReader &reader, AttentionSpec &spec) {
     reader.read_int("heads", spec.heads);
     reader.read_int("kv_heads", spec.kv_heads);
     reader.read_int("head_dim", spec.head_dim);
+    reader.read_int("value_dim", spec.value_dim);
     if (auto text = reader.get("scale"); text && *text != "default") {
         if (std::optional<double> value = parse_number(*text))
             spec.scale = *value;
@@ -709,6 +715,7 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"heads", std::to_string(spec.heads)},
             {"kv_heads", std::to_string(spec.kv_heads)},
             {"head_dim", std::to_string(spec.head_dim)},
+            {"value_dim", std::to_string(spec.value_dim)},
             {"scale", scale.str()},
             {"dtype", to_string(spec.dtype)},
             {"kv_dtype", spec.kv_dtype ? to_string(*spec.kv_dtype) : "default"},

@@ -98,6 +98,7 @@ struct AttentionSpec {
     int heads = 1;               ///< query heads H
     int kv_heads = 0;            ///< key/value heads; divides heads; 0 means = heads
     int head_dim = 0;            ///< D; 0 means model_dim / heads
+    int value_dim = 0;           ///< Dv, V's and the output's head size; 0 means head_dim
     std::optional<double> scale; ///< default 1 / sqrt(head_dim)
     DType dtype = DType::f32;
     /// The per-head key and value inputs' storage; the layer's dtype by default. i8 inputs come
@@ -129,6 +130,7 @@ struct AttentionSpec {
 
     int resolved_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
     int resolved_head_dim() const;
+    int resolved_value_dim() const { return value_dim > 0 ? value_dim : resolved_head_dim(); }
     int resolved_model_dim() const;
     double resolved_scale() const;
     int resolved_rotary_dim() const {

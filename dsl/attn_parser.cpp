@@ -32,7 +32,7 @@ const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
         "model_dim",    "heads", "kv_heads",    "head_dim",  "dtype",   "projections", "bias",
         "cross",        "mask",  "scale",       "score_mod", "rope",    "rope_theta",  "rotary_dim",
-        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs", "kv_dtype"};
+        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs", "kv_dtype",    "value_dim"};
     return names;
 }
 
@@ -346,7 +346,7 @@ class Parser {
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
                              "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype, sinks, "
-                             "outputs and kv_dtype";
+                             "outputs, kv_dtype and value_dim";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -385,6 +385,8 @@ class Parser {
             return parse_int_value(field, spec.kv_heads);
         if (field == "head_dim")
             return parse_int_value(field, spec.head_dim);
+        if (field == "value_dim")
+            return parse_int_value(field, spec.value_dim);
         if (field == "dtype")
             return parse_dtype_value(field, spec.dtype);
         if (field == "cache_dtype" || field == "kv_dtype") {

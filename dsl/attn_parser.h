@@ -8,7 +8,8 @@
 //           | 'scalar' NAME [ ':' ( 'f32' | 'i32' ) ]
 //           | 'let' NAME '=' expr             (substituted where used; any order, no cycles)
 //   dim    := batch | heads | kv_heads | queries | keys | head_dim | INTEGER
-//   fields := model_dim, heads, kv_heads, head_dim = INTEGER;  dtype = f32 | f16 | bf16;
+//   fields := model_dim, heads, kv_heads, head_dim, value_dim = INTEGER;
+//             dtype = f32 | f16 | bf16;
 //             kv_dtype = f32 | f16 | bf16 | i8;
 //             projections = none | q, k, v, out (a comma list);
 //             bias, cross, sinks = true | false;  outputs = out | out, lse;

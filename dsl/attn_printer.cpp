@@ -62,6 +62,8 @@ std::string to_attn(const AttentionSpec &spec) {
         line("kv_heads = " + std::to_string(spec.kv_heads));
     if (spec.head_dim != 0)
         line("head_dim = " + std::to_string(spec.head_dim));
+    if (spec.value_dim != 0)
+        line("value_dim = " + std::to_string(spec.value_dim));
     if (spec.dtype != DType::f32)
         line("dtype = " + std::string(to_string(spec.dtype)));
     if (spec.kv_dtype)

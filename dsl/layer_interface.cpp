@@ -35,6 +35,7 @@ void add(std::vector<EntryArgument> &args, const char *name, std::vector<TensorD
 /** The layer's own inputs: x (and context) with the weights and biases, or Q, K and V. */
 void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
     const int dim = spec.resolved_head_dim();
+    const int value_dim = spec.resolved_value_dim();
     const int heads = spec.heads;
     const int kv = spec.resolved_kv_heads();
     const int width = spec.resolved_model_dim();
@@ -46,14 +47,14 @@ void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
             add(args, "context", {fixed(width), keys, batch});
         add(args, "wq", {fixed(width), fixed(heads * dim)});
         add(args, "wk", {fixed(width), fixed(kv * dim)});
-        add(args, "wv", {fixed(width), fixed(kv * dim)});
+        add(args, "wv", {fixed(width), fixed(kv * value_dim)});
         if (proj.bias) {
             add(args, "bq", {fixed(heads * dim)});
             add(args, "bk", {fixed(kv * dim)});
-            add(args, "bv", {fixed(kv * dim)});
+            add(args, "bv", {fixed(kv * value_dim)});
         }
         if (proj.out) {
-            add(args, "wo", {fixed(heads * dim), fixed(width)});
+            add(args, "wo", {fixed(heads * value_dim), fixed(width)});
             if (proj.bias)
                 add(args, "bo", {fixed(width)});
         }
@@ -62,7 +63,7 @@ void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
         const TensorDim new_keys = spec.cache.any() ? queries : keys;
         add(args, "query", {fixed(dim), queries, fixed(heads), batch});
         for (const char *name : {"key", "value"}) {
-            add(args, name, {fixed(dim), new_keys, fixed(kv), batch});
+            add(args, name, {fixed(name[0] == 'k' ? dim : value_dim), new_keys, fixed(kv), batch});
             args.back().is_kv = true;
         }
         if (spec.resolved_kv_dtype() == DType::i8)
@@ -74,15 +75,17 @@ void add_layer_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
 
 /** A cached layer's inputs: k_cache and v_cache, block_table when paged, and the lengths. */
 void add_cache_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
-    const int dim = spec.resolved_head_dim();
     const int kv = spec.resolved_kv_heads();
     const CacheSpec &cache = spec.cache;
     // Capacity, blocks and max_blocks are the call's: `keys` stands for a size of its own.
-    const std::vector<TensorDim> cache_dims =
+    std::vector<TensorDim> cache_dims =
         cache.kind == CacheSpec::Kind::paged
-            ? std::vector<TensorDim>{fixed(dim), fixed(cache.block_size), fixed(kv), keys}
-            : std::vector<TensorDim>{fixed(dim), keys, fixed(kv), batch};
+            ? std::vector<TensorDim>{fixed(0), fixed(cache.block_size), fixed(kv), keys}
+            : std::vector<TensorDim>{fixed(0), keys, fixed(kv), batch};
     for (const char *name : {"k_cache", "v_cache"}) {
+        // K rows of head_dim, V rows of value_dim.
+        cache_dims[0] =
+            fixed(name[0] == 'k' ? spec.resolved_head_dim() : spec.resolved_value_dim());
         add(args, name, cache_dims);
         args.back().is_cache = true;
     }
@@ -100,7 +103,7 @@ void add_cache_inputs(const AttentionSpec &spec, std::vector<EntryArgument> &arg
 
 /** The outputs: `out`, the lse if the layer has it, and a cached layer's k_new and v_new. */
 void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
-    const int dim = spec.resolved_head_dim();
+    const int value_dim = spec.resolved_value_dim();
     const int heads = spec.heads;
     const int kv = spec.resolved_kv_heads();
     const int width = spec.resolved_model_dim();
@@ -108,13 +111,14 @@ void add_outputs(const AttentionSpec &spec, std::vector<EntryArgument> &args) {
         args.push_back({"out", Kind::output, false, false, {fixed(width), queries, batch}});
     else
         args.push_back(
-            {"out", Kind::output, false, false, {fixed(dim), queries, fixed(heads), batch}});
+            {"out", Kind::output, false, false, {fixed(value_dim), queries, fixed(heads), batch}});
     if (spec.lse_output) // f32 whatever the layer stores
         args.push_back({"lse", Kind::output, false, true, {queries, fixed(heads), batch}});
     if (spec.cache.any())
         for (const char *name : {"k_new", "v_new"}) {
+            const int row = name[0] == 'k' ? spec.resolved_head_dim() : value_dim;
             args.push_back(
-                {name, Kind::output, false, false, {fixed(dim), queries, fixed(kv), batch}});
+                {name, Kind::output, false, false, {fixed(row), queries, fixed(kv), batch}});
             args.back().is_cache = true;
             args.back().is_internal = true;
         }

@@ -62,6 +62,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<int> heads{"heads", 1};
     GeneratorParam<int> kv_heads{"kv_heads", 0};
     GeneratorParam<int> head_dim{"head_dim", 0};
+    GeneratorParam<int> value_dim{"value_dim", 0};
     GeneratorParam<std::string> scale{"scale", "default"};
     GeneratorParam<std::string> dtype{"dtype", "f32"};
     GeneratorParam<std::string> kv_dtype{"kv_dtype", "default"};
@@ -115,6 +116,7 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"heads", std::to_string(int(heads))},
                       {"kv_heads", std::to_string(int(kv_heads))},
                       {"head_dim", std::to_string(int(head_dim))},
+                      {"value_dim", std::to_string(int(value_dim))},
                       {"scale", scale},
                       {"dtype", dtype},
                       {"kv_dtype", kv_dtype},

@@ -51,15 +51,17 @@ const char *cpp_bool(bool value) {
 }
 
 /**
- * LayerInfo's trailing fields (sinks, lse, kv_dtype), each written only up to the last one that
- * differs from its default, so that the headers of layers without them read as before.
+ * LayerInfo's trailing fields (sinks, lse, kv_dtype, value_dim), each written only up to the last
+ * one that differs from its default, so that the headers of layers without them read as before.
  */
 std::string optional_info(const AttentionSpec &spec) {
     const std::string fields[] = {cpp_bool(spec.sinks), cpp_bool(spec.lse_output),
-                                  runtime_dtype(spec.resolved_kv_dtype())};
-    const bool set[] = {spec.sinks, spec.lse_output, spec.kv_dtype.has_value()};
+                                  runtime_dtype(spec.resolved_kv_dtype()),
+                                  std::to_string(spec.resolved_value_dim())};
+    const bool set[] = {spec.sinks, spec.lse_output, spec.kv_dtype.has_value(),
+                        spec.resolved_value_dim() != spec.resolved_head_dim()};
     size_t count = 0;
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         if (set[i])
             count = i + 1;
     std::string text;
@@ -134,36 +136,39 @@ std::string argument_docs(const AttentionSpec &spec) {
     std::string docs;
     auto line = [&](const std::string &text) { docs += " *   " + text + "\n"; };
     const Projections &proj = spec.projections;
+    // V's and the output's head size: Dv where the layer sets value_dim apart from D.
+    const std::string dv = spec.resolved_value_dim() != spec.resolved_head_dim() ? "Dv" : "D";
     if (proj.any()) {
         line("x        (B, Lq, model_dim)");
         if (spec.cross_attention)
             line("context  (B, Lk, model_dim)");
-        line("wq (H*D, model_dim), wk and wv (Hkv*D, model_dim)");
+        line("wq (H*D, model_dim), wk (Hkv*D, model_dim), wv (Hkv*" + dv + ", model_dim)");
         if (proj.bias)
-            line("bq (H*D), bk and bv (Hkv*D)");
+            line("bq (H*D), bk (Hkv*D), bv (Hkv*" + dv + ")");
         if (proj.out)
-            line(proj.bias ? "wo (model_dim, H*D), bo (model_dim)" : "wo (model_dim, H*D)");
+            line("wo (model_dim, H*" + dv + (proj.bias ? "), bo (model_dim)" : ")"));
     } else if (spec.cache.any()) {
         line("query    (B, H, Lq, D): the new tokens");
         line("key      (B, Hkv, Lq, D)");
-        line("value    (B, Hkv, Lq, D)");
+        line("value    (B, Hkv, Lq, " + dv + ")");
     } else {
         line("query    (B, H, Lq, D)");
         const std::string kv_dtype =
             spec.kv_dtype ? " " + std::string(to_string(*spec.kv_dtype)) : "";
         line("key      (B, Hkv, Lk, D)" + kv_dtype);
-        line("value    (B, Hkv, Lk, D)" + kv_dtype);
+        line("value    (B, Hkv, Lk, " + dv + ")" + kv_dtype);
         if (spec.resolved_kv_dtype() == DType::i8)
             line("key_scales, value_scales (B, Hkv, Lk) f32: each key's and value's row scale");
     }
     if (spec.cache.any()) {
         const std::string dtype = to_string(spec.resolved_cache_dtype());
         if (spec.cache.kind == CacheSpec::Kind::paged) {
-            line("k_cache, v_cache (blocks, Hkv, " + std::to_string(spec.cache.block_size) +
-                 ", D) " + dtype + ", appended to");
+            line("k_cache, v_cache (blocks, Hkv, " + std::to_string(spec.cache.block_size) + ", D" +
+                 (dv == "D" ? "" : " and Dv") + ") " + dtype + ", appended to");
             line("block_table (B, max_blocks) int32");
         } else {
-            line("k_cache, v_cache (B, Hkv, capacity, D) " + dtype + ", appended to");
+            line(std::string("k_cache, v_cache (B, Hkv, capacity, D") +
+                 (dv == "D" ? "" : " and Dv") + ") " + dtype + ", appended to");
         }
         if (spec.resolved_cache_dtype() == DType::i8)
             line(std::string("k_scales, v_scales ") +
@@ -194,7 +199,7 @@ std::string argument_docs(const AttentionSpec &spec) {
     for (const RuntimeScalar &scalar : spec.scalars)
         line("scalar " + scalar.name + " " + (scalar.is_int32 ? "i32" : "f32") +
              ", by args.set_scalar(\"" + scalar.name + "\", ...)");
-    line(proj.out ? "out      (B, Lq, model_dim)" : "out      (B, H, Lq, D)");
+    line(proj.out ? "out      (B, Lq, model_dim)" : "out      (B, H, Lq, " + dv + ")");
     if (spec.lse_output)
         line("lse      (B, H, Lq) f32: log-sum-exp of each row's scores (-inf: none visible)");
     return docs;
@@ -226,11 +231,13 @@ inline int {name}_variant_{index}_argv(void **args) {{
 }
 
 /**
- * The header comment's fields past the mask that only some layers have: sinks, kv_dtype,
- * outputs, rope, cache.
+ * The header comment's fields past the mask that only some layers have: sinks, value_dim,
+ * kv_dtype, outputs, rope, cache.
  */
 std::string feature_comment(const AttentionSpec &spec) {
     std::string text = spec.sinks ? " sinks=true" : "";
+    if (spec.value_dim > 0)
+        text += " value_dim=" + std::to_string(spec.resolved_value_dim());
     if (spec.kv_dtype)
         text += " kv_dtype=" + std::string(to_string(*spec.kv_dtype));
     if (spec.lse_output)
@@ -322,7 +329,7 @@ inline const attngen::Layer &{name}_layer() {{
 
 /**
  * Runs '{name}' (attngen::run): arguments, row-major, B = batch, Lq/Lk = query/key lengths,
- * H = {heads}, Hkv = {kv_heads}, D = {head_dim}:
+ * H = {heads}, Hkv = {kv_heads}, D = {head_dim}{value_dim}:
 {docs} */
 inline attngen::Status {name}(const attngen::Arguments &args) {{
     return attngen::run({name}_layer(), args);
@@ -331,6 +338,9 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("name", name), fmt::arg("halide", halide), fmt::arg("heads", spec.heads),
         fmt::arg("kv_heads", spec.resolved_kv_heads()),
         fmt::arg("head_dim", spec.resolved_head_dim()),
+        fmt::arg("value_dim", spec.resolved_value_dim() != spec.resolved_head_dim()
+                                  ? ", Dv = " + std::to_string(spec.resolved_value_dim())
+                                  : std::string()),
         fmt::arg("model_dim", spec.resolved_model_dim()), fmt::arg("scale", spec.resolved_scale()),
         fmt::arg("dtype", to_string(spec.dtype)), fmt::arg("rt_dtype", runtime_dtype(spec.dtype)),
         fmt::arg("projections", to_string(proj)), fmt::arg("bias", cpp_bool(proj.bias)),

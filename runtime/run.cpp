@@ -147,8 +147,8 @@ bool output_named(const char *halide_name, const char *name) {
 
 /**
  * A cached layer's part of a call: the query lengths when the caller gave none, the new rows the
- * pipeline outputs (B, Hkv, Lq, D) in the cache's type (with an i8 cache, their scales (B, Hkv,
- * Lq) f32), and their append to the caches.
+ * pipeline outputs (B, Hkv, Lq, D), V's of value_dim, in the cache's type (with an i8 cache, their
+ * scales (B, Hkv, Lq) f32), and their append to the caches.
  */
 struct CacheCall {
     std::vector<int32_t> default_lengths;
@@ -164,15 +164,13 @@ struct CacheCall {
             query_lengths = view(default_lengths.data(), {shape.batch});
         }
         const DType dtype = info.cache.dtype;
-        const size_t bytes =
-            static_cast<size_t>(shape.batch * info.kv_heads * shape.query_len * info.head_dim) *
-            dtype_size(dtype);
-        k_rows.resize(bytes);
-        v_rows.resize(bytes);
-        const std::initializer_list<int64_t> rows = {shape.batch, info.kv_heads, shape.query_len,
-                                                     info.head_dim};
-        k_new = mutable_view(k_rows.data(), dtype, rows);
-        v_new = mutable_view(v_rows.data(), dtype, rows);
+        const size_t rows = static_cast<size_t>(shape.batch * info.kv_heads * shape.query_len);
+        k_rows.resize(rows * static_cast<size_t>(info.head_dim) * dtype_size(dtype));
+        v_rows.resize(rows * static_cast<size_t>(info.value_dim) * dtype_size(dtype));
+        k_new = mutable_view(k_rows.data(), dtype,
+                             {shape.batch, info.kv_heads, shape.query_len, info.head_dim});
+        v_new = mutable_view(v_rows.data(), dtype,
+                             {shape.batch, info.kv_heads, shape.query_len, info.value_dim});
         if (dtype != DType::i8)
             return;
         const size_t scales = static_cast<size_t>(shape.batch * info.kv_heads * shape.query_len);
@@ -206,15 +204,16 @@ struct CacheCall {
     void append(const LayerInfo &info, const Arguments &args) const {
         const Tensor &lengths = args.query_lengths.given() ? args.query_lengths : query_lengths;
         const size_t element = dtype_size(info.cache.dtype);
-        const size_t row_bytes = static_cast<size_t>(info.head_dim) * element;
+        const size_t k_row_bytes = static_cast<size_t>(info.head_dim) * element;
+        const size_t v_row_bytes = static_cast<size_t>(info.value_dim) * element;
         // What is appended: a row's bytes into each cache, a float into each scales tensor.
         struct Appended {
             const MutableTensor &to;
             const uint8_t *rows;
             size_t element, row_bytes;
         };
-        std::vector<Appended> parts = {{args.k_cache, k_rows.data(), element, row_bytes},
-                                       {args.v_cache, v_rows.data(), element, row_bytes}};
+        std::vector<Appended> parts = {{args.k_cache, k_rows.data(), element, k_row_bytes},
+                                       {args.v_cache, v_rows.data(), element, v_row_bytes}};
         if (!k_row_scales.empty())
             for (const auto &[to, rows] : {std::make_pair(&args.k_scales, &k_row_scales),
                                            std::make_pair(&args.v_scales, &v_row_scales)})

@@ -75,6 +75,12 @@ std::string shape_text(const DimList &dims) {
 
 std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     const int64_t H = info.heads, Hkv = info.kv_heads, D = info.head_dim, M = info.model_dim;
+    const int64_t Dv = info.value_dim;
+    // value_dim is named as such only in layers that set it apart from head_dim.
+    const bool own_value_dim = Dv != D;
+    const DimRule value_dim{own_value_dim ? "value_dim" : "head_dim", Symbol::none, Dv};
+    const char *h_dv = own_value_dim ? "H*value_dim" : "H*head_dim";
+    const char *hkv_dv = own_value_dim ? "kv_heads*value_dim" : "kv_heads*head_dim";
     const DimRule batch{"batch", Symbol::batch, 0}, lq{"query length", Symbol::query_len, 0},
         lk{"key length", Symbol::key_len, 0}, heads{"heads", Symbol::none, H},
         kv_heads{"kv_heads", Symbol::none, Hkv}, head_dim{"head_dim", Symbol::none, D},
@@ -92,12 +98,14 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     // With a cache, the keys and values given are the new tokens': Lq of them.
     const DimRule new_keys = cached ? DimRule{"query length", Symbol::query_len, 0} : lk;
     const bool paged = info.cache.kind == CacheKind::paged;
-    const DimList cache_dims =
+    DimList cache_dims =
         paged ? DimList{{"blocks", Symbol::cache_size, 0},
                         kv_heads,
                         feature("block_size", info.cache.block_size),
                         head_dim}
               : DimList{batch, kv_heads, {"capacity", Symbol::cache_size, 0}, head_dim};
+    DimList v_cache_dims = cache_dims;
+    v_cache_dims.items[3] = value_dim;
     const DimRule pairs = feature("rotary_dim/2", info.rope.rotary_dim / 2);
 
     auto rule = [&](const char *name, const auto &tensor, bool wanted, const char *why_not,
@@ -107,7 +115,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     };
     const char *no_cache = "has no KV cache";
     ArgRule k_cache = rule("k_cache", args.k_cache, cached, no_cache, info.cache.dtype, cache_dims);
-    ArgRule v_cache = rule("v_cache", args.v_cache, cached, no_cache, info.cache.dtype, cache_dims);
+    ArgRule v_cache =
+        rule("v_cache", args.v_cache, cached, no_cache, info.cache.dtype, v_cache_dims);
     k_cache.is_output = v_cache.is_output = true;
     // An i8 cache's scales: the caches' dims without head_dim.
     const bool quantized = cached && info.cache.dtype == DType::i8;
@@ -135,7 +144,7 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
         rule("key", args.key, !proj, "has projections: keys come from `x` or `context`",
              info.kv_dtype, {batch, kv_heads, new_keys, head_dim}),
         rule("value", args.value, !proj, "has projections: values come from `x` or `context`",
-             info.kv_dtype, {batch, kv_heads, new_keys, head_dim}),
+             info.kv_dtype, {batch, kv_heads, new_keys, value_dim}),
         rule("key_scales", args.key_scales, kv_i8, no_kv_scales, DType::f32, {batch, kv_heads, lk}),
         rule("value_scales", args.value_scales, kv_i8, no_kv_scales, DType::f32,
              {batch, kv_heads, lk}),
@@ -145,15 +154,13 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              {feature("H*head_dim", H * D), model_dim}),
         rule("wk", args.wk, proj, "has no projections", t,
              {feature("kv_heads*head_dim", Hkv * D), model_dim}),
-        rule("wv", args.wv, proj, "has no projections", t,
-             {feature("kv_heads*head_dim", Hkv * D), model_dim}),
+        rule("wv", args.wv, proj, "has no projections", t, {feature(hkv_dv, Hkv * Dv), model_dim}),
         rule("bq", args.bq, bias, "has no projection biases", t, {feature("H*head_dim", H * D)}),
         rule("bk", args.bk, bias, "has no projection biases", t,
              {feature("kv_heads*head_dim", Hkv * D)}),
-        rule("bv", args.bv, bias, "has no projection biases", t,
-             {feature("kv_heads*head_dim", Hkv * D)}),
+        rule("bv", args.bv, bias, "has no projection biases", t, {feature(hkv_dv, Hkv * Dv)}),
         rule("wo", args.wo, info.out_projection, "has no output projection", t,
-             {model_dim, feature("H*head_dim", H * D)}),
+             {model_dim, feature(h_dv, H * Dv)}),
         rule("bo", args.bo, info.out_projection && bias, "has no output projection bias", t,
              {model_dim}),
         rule("key_lengths", args.key_lengths, info.key_padding, "has no key padding mask",
@@ -584,13 +591,15 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
 
     // The output.
     const bool projected_out = info.out_projection;
-    const DimList out_dims = projected_out ? DimList{{"batch", Symbol::batch, 0},
-                                                     {"query length", Symbol::query_len, 0},
-                                                     {"model_dim", Symbol::none, info.model_dim}}
-                                           : DimList{{"batch", Symbol::batch, 0},
-                                                     {"heads", Symbol::none, info.heads},
-                                                     {"query length", Symbol::query_len, 0},
-                                                     {"head_dim", Symbol::none, info.head_dim}};
+    const DimList out_dims =
+        projected_out ? DimList{{"batch", Symbol::batch, 0},
+                                {"query length", Symbol::query_len, 0},
+                                {"model_dim", Symbol::none, info.model_dim}}
+                      : DimList{{"batch", Symbol::batch, 0},
+                                {"heads", Symbol::none, info.heads},
+                                {"query length", Symbol::query_len, 0},
+                                {info.value_dim != info.head_dim ? "value_dim" : "head_dim",
+                                 Symbol::none, info.value_dim}};
     if (!args.out.given())
         return Status::error("attngen: layer '" + std::string(info.name) + "' needs `out` " +
                              shape_text(out_dims) + " but it was not given");

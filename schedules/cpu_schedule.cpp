@@ -3,7 +3,7 @@
 // flash chunks (flash_chunk; 0: whole rows), each chunk by the group's heads in turn while its K
 // and V rows are in cache: a chunk's scores are computed, masked and turned into probabilities
 // while they are in L1, vectorized along queries (K is broadcast from an aligned row-major copy,
-// no transpose); its P·V is register-blocked and vectorized along head_dim; the chunks combine
+// no transpose); its P·V is register-blocked and vectorized along value_dim; the chunks combine
 // exactly. With rows_up_to, the layer holds both forms and its tiles are specialized on Lk:
 // whole rows up to rows_up_to keys, chunks beyond.
 // The prefill projections are GEMMs that read the weights in place (register tiles broadcast
@@ -271,18 +271,19 @@ int gemm_task_heads(int outputs, int head_dim) {
     return largest_divisor_at_most(outputs / head_dim, gemm_task_outputs / head_dim);
 }
 
-/** A Q, K or V projection: `stage(d, row, h, b) += rows(r, row, b) * weight(r, h * head_dim + d)`.
- */
+/** A Q, K or V projection: `stage(d, row, h, b) += rows(r, row, b) * weight(r, h * width + d)`,
+ * width head_dim (Q, K) or value_dim (V). */
 struct Projection {
     Func stage, weight, rows;
     int outputs;
+    int width;
 };
 
 /** The GEMM loops of a projection, tiled in `tiled`: tasks of whole heads (gemm_task_heads). */
 GemmLoops head_projection_loops(Func tiled, const Projection &projection,
                                 const AttentionStages &s) {
     Func stage = projection.stage;
-    const int task_heads = gemm_task_heads(projection.outputs, s.spec.resolved_head_dim());
+    const int task_heads = gemm_task_heads(projection.outputs, projection.width);
     return {tiled, stage, s.d, stage.args()[1], s.h, task_heads, s.b, {stage.rvars(0)[0]}};
 }
 
@@ -293,14 +294,14 @@ GemmLoops head_projection_loops(Func tiled, const Projection &projection,
  */
 void schedule_projection_packed(const Projection &projection, const AttentionStages &s, int lanes,
                                 const CpuScheduleParams &params) {
-    const int head_dim = s.spec.resolved_head_dim();
+    const int width = projection.width;
     Func stage = projection.stage, rows = projection.rows;
     pack_transposed(projection.weight, projection.outputs, lanes);
-    const int d_vec = vector_width_dividing(head_dim, lanes);
+    const int d_vec = vector_width_dividing(width, lanes);
     Func tiled = stage.in();
     tiled.compute_root();
     Var task = tile_packed_gemm(head_projection_loops(tiled, projection, s), d_vec,
-                                panel_width(head_dim, d_vec), params);
+                                panel_width(width, d_vec), params);
     Var feature = rows.args()[0];
     rows.in(stage).compute_at(tiled, task).vectorize(feature, lanes, TailStrategy::GuardWithIf);
 }
@@ -401,7 +402,7 @@ bool widens_cache_rows(const AttentionSpec &spec) {
  * they fit (cpu_kv_value_block), else in L1.
  */
 void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, int d_vec) {
-    const int head_dim = s.spec.resolved_head_dim();
+    const int value_dim = s.spec.resolved_value_dim();
     const int group = s.spec.group_size();
     Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
@@ -410,7 +411,7 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
         if (widened)
             s.v_heads.compute_at(s.part_out, s.r_values.x).vectorize(d, d_vec).unroll(d);
         // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
-        // Blocks of head_dim held in registers instead would read V in strided passes.
+        // Blocks of value_dim held in registers instead would read V in strided passes.
         s.part_out.update()
             .reorder(d, h, s.r_values.x, q, j, b)
             .vectorize(d, d_vec)
@@ -420,8 +421,9 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
         // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
         // into the accumulators of as many heads as fit, the block's rows read again from L1
         // for the group's other heads; one load-add-store of each accumulator per block rather
-        // than per key. Whole rows, not blocks of head_dim, which would read V in strided passes.
-        const int row_vectors = head_dim / d_vec;
+        // than per key. Whole rows, not blocks of value_dim, which would read V in strided
+        // passes.
+        const int row_vectors = value_dim / d_vec;
         const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
         Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
         const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
@@ -456,16 +458,17 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
  */
 void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &target) {
     const int lanes = target.natural_vector_size<float>();
-    const int head_dim = s.spec.resolved_head_dim();
     const int group = s.spec.group_size();
-    const int d_vec = vector_width_dividing(head_dim, lanes);
+    // Vectors along head_dim in the scores, along value_dim in P·V and the outputs.
+    const int d_vec = vector_width_dividing(s.spec.resolved_head_dim(), lanes);
+    const int v_vec = vector_width_dividing(s.spec.resolved_value_dim(), lanes);
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
     Var kv{"kv"}, g{"g"}, task{"chunk_task"};
 
     s.partials.compute_root()
         .split(h, kv, g, group)
         .reorder(d, g, q, j, kv, b)
-        .vectorize(d, d_vec)
+        .vectorize(d, v_vec)
         .fuse(j, kv, task)
         .fuse(task, b, task)
         .parallel(task);
@@ -497,15 +500,15 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .reorder(h, k, q, b)
         .vectorize(h, h_vec);
 
-    schedule_split_kv_values(s, at, d_vec);
+    schedule_split_kv_values(s, at, v_vec);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
     Var combine{"combine_task"};
-    core.reorder(d, q, h, b).vectorize(d, d_vec).fuse(h, b, combine).parallel(combine);
+    core.reorder(d, q, h, b).vectorize(d, v_vec).fuse(h, b, combine).parallel(combine);
     for (Func stage : {s.row_max, s.part_scale, s.row_sum})
         stage.compute_at(core, combine);
-    s.weighted_sum.compute_at(core, q).vectorize(d, d_vec);
-    s.weighted_sum.update().reorder(d, s.r_chunks.x).vectorize(d, d_vec);
+    s.weighted_sum.compute_at(core, q).vectorize(d, v_vec);
+    s.weighted_sum.update().reorder(d, s.r_chunks.x).vectorize(d, v_vec);
 }
 
 /**
@@ -539,9 +542,11 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
         // A cached layer's new rows: parallel over heads and sequences.
         for (Func rows : {s.k_new, s.v_new}) {
             Var task{rows.name() + "_task"};
+            const int width =
+                rows.name() == s.k_new.name() ? head_dim : s.spec.resolved_value_dim();
             rows.fuse(s.h, s.b, task)
                 .parallel(task)
-                .vectorize(s.d, vector_width_dividing(head_dim, lanes));
+                .vectorize(s.d, vector_width_dividing(width, lanes));
         }
         // An i8 cache's new rows' scales: parallel over heads and sequences.
         for (Func scales : {s.k_new_scales, s.v_new_scales})
@@ -588,9 +593,9 @@ int cpu_cache_prefetch_keys(const AttentionSpec &spec) {
 }
 
 int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
-                       int head_dim) {
+                       int value_dim) {
     const int lanes = target.natural_vector_size<float>();
-    const int row_vectors = head_dim / vector_width_dividing(head_dim, lanes);
+    const int row_vectors = value_dim / vector_width_dividing(value_dim, lanes);
     // 32 registers: up to 16 accumulators, a row's loads and a broadcast. With 16 (AVX2), whole
     // rows of D=128 do not fit and the one loop is as fast.
     const bool fits = lanes >= 16 && row_vectors <= pv_register_accumulators;
@@ -629,12 +634,14 @@ struct CpuPlan {
     CpuScheduleParams params;
     int lanes;
     int head_dim;
+    int value_dim; ///< the P·V and output rows' features
     int query_tile;
     /// The P·V register block's queries: value_queries, but no taller than the tile it splits
     /// (Halide would shift the last block below query 0).
     int value_queries;
-    int d_vec;   ///< the vector along head_dim
-    int d_block; ///< the P·V register block's features: d_vectors vectors that divide head_dim
+    int k_vec;   ///< the vector along head_dim (K and Q rows)
+    int d_vec;   ///< the vector along value_dim (V rows, P·V and the outputs)
+    int d_block; ///< the P·V register block's features: d_vectors vectors that divide value_dim
     /// The pipeline's loop variables: the same Vars (by name) in every form's stages, so the
     /// helpers that take no stages can name them.
     Var d, q, k, h, b;
@@ -643,11 +650,12 @@ struct CpuPlan {
 CpuPlan::CpuPlan(const AttentionStages &s, const Halide::Target &target,
                  const CpuScheduleParams &params)
     : params(params), lanes(target.natural_vector_size<float>()),
-      head_dim(s.spec.resolved_head_dim()), query_tile(cpu_query_tile(target, params)),
+      head_dim(s.spec.resolved_head_dim()), value_dim(s.spec.resolved_value_dim()),
+      query_tile(cpu_query_tile(target, params)),
       value_queries(std::min(params.value_queries, query_tile)),
-      d_vec(vector_width_dividing(head_dim, lanes)), d_block(d_vec), d(s.d), q(s.q), k(s.k), h(s.h),
-      b(s.b) {
-    while (d_block < params.d_vectors * d_vec && head_dim % (2 * d_block) == 0)
+      k_vec(vector_width_dividing(head_dim, lanes)), d_vec(vector_width_dividing(value_dim, lanes)),
+      d_block(d_vec), d(s.d), q(s.q), k(s.k), h(s.h), b(s.b) {
+    while (d_block < params.d_vectors * d_vec && value_dim % (2 * d_block) == 0)
         d_block *= 2;
 }
 
@@ -659,14 +667,14 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
     const CpuScheduleParams &params = plan.params;
     const int lanes = plan.lanes, head_dim = plan.head_dim;
     const int model_dim = s.spec.resolved_model_dim();
-    const int q_outputs = s.spec.heads * head_dim;
-    const int kv_outputs = s.spec.resolved_kv_heads() * head_dim;
-    const Projection projections[] = {{s.q_proj, s.q_weight, s.q_rows, q_outputs},
-                                      {s.k_proj, s.k_weight, s.kv_rows, kv_outputs},
-                                      {s.v_proj, s.v_weight, s.kv_rows, kv_outputs}};
+    const int kv_heads = s.spec.resolved_kv_heads();
+    const Projection projections[] = {
+        {s.q_proj, s.q_weight, s.q_rows, s.spec.heads * head_dim, head_dim},
+        {s.k_proj, s.k_weight, s.kv_rows, kv_heads * head_dim, head_dim},
+        {s.v_proj, s.v_weight, s.kv_rows, kv_heads * plan.value_dim, plan.value_dim}};
     // Prefill with the weights read in place: one transposed copy of each activation source
     // (x serves Q, K and V in self-attention), shared by its projections; V is transposed
-    // back for P·V, which reads V rows along head_dim.
+    // back for P·V, which reads V rows along value_dim.
     const bool weights_in_place = params.split_chunk <= 0 && !params.packed_weights;
     if (weights_in_place) {
         if (!s.spec.cross_attention) {
@@ -692,7 +700,7 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
                                           projection.weight,
                                           model_dim,
                                           s.d,
-                                          head_dim,
+                                          projection.width,
                                           stage.args()[1],
                                           {s.h, s.b},
                                           0},
@@ -700,7 +708,7 @@ void schedule_input_projections(AttentionStages &s, const CpuPlan &plan) {
         } else if (weights_in_place) {
             schedule_projection_broadcast(
                 head_projection_loops(stage.in(), projection, s), projection.weight,
-                largest_divisor_at_most(head_dim, params.gemm_outputs), params, lanes);
+                largest_divisor_at_most(projection.width, params.gemm_outputs), params, lanes);
         } else {
             schedule_projection_packed(projection, s, lanes, params);
         }
@@ -768,7 +776,7 @@ void schedule_output_projection(AttentionStages &s, Func core, const CpuPlan &pl
         // Decode: a few rows, so the weight is read once in place rather than three times
         // (read, written and read packed); tasks of 8 output tiles give the cores work.
         schedule_projection_in_place(
-            {s.output, s.out_proj, s.o_weight, plan.head_dim, s.c, model_dim, q, {b}, 8}, lanes);
+            {s.output, s.out_proj, s.o_weight, plan.value_dim, s.c, model_dim, q, {b}, 8}, lanes);
         return;
     }
     Var c = s.c, c_group{"c_group"};
@@ -819,10 +827,11 @@ void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
     for (Func heads : copies) {
         Var task{"kv_task"};
         heads.compute_root().fuse(plan.h, plan.b, task).parallel(task);
-        if (heads.name() == s.k_heads.name() && s.spec.rope.any() && !s.spec.cache.any())
+        const bool keys = heads.name() == s.k_heads.name();
+        if (keys && s.spec.rope.any() && !s.spec.cache.any())
             vectorize_features(heads, s, plan.lanes); // rotates as it copies
         else
-            heads.vectorize(plan.d, plan.d_vec);
+            heads.vectorize(plan.d, keys ? plan.k_vec : plan.d_vec);
     }
 }
 

@@ -9,7 +9,7 @@
 //      vector loads of neighbouring keys and queries) and stores it masked in shared memory;
 //   3. one lane per row takes the step's max and the probabilities relative to it;
 //   4. each lane folds the step into its part of the running state, which stays in registers
-//      across the steps: d_per_lane head_dim elements of a few rows, and those rows' max, sum
+//      across the steps: d_per_lane value_dim elements of a few rows, and those rows' max, sum
 //      and step weight. The step's first key moves the state to the new max; the other keys
 //      are multiply-adds only.
 // K and V are read once. A step the tile's rows cannot see (causal, window) is skipped whole: its
@@ -45,21 +45,21 @@ constexpr int warp_lanes = 32;
 
 /**
  * How the lanes of a block's warp share its tile: query_tile queries of heads_per_block heads.
- * In the fold and the output, lane (d group g, query lane l) holds head_dim elements
+ * In the fold and the output, lane (d group g, query lane l) holds value_dim elements
  * g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block; in the
  * scores, a lane holds score_keys keys of score_queries queries (gpu_score_tiles) of one head
  * at a time, or of every head of the block (schedule_scores says where).
  */
 struct LaneLayout {
-    int d_groups;      ///< head_dim / d_per_lane
+    int d_groups;      ///< value_dim / d_per_lane
     int query_lanes;   ///< lanes along the queries in the fold: d_groups x query_lanes lanes
     int score_keys;    ///< keys of a lane's score tile
     int score_queries; ///< queries of a lane's score tile
 };
 
-LaneLayout lane_layout(int head_dim, const GpuScheduleParams &params) {
+LaneLayout lane_layout(int value_dim, const GpuScheduleParams &params) {
     LaneLayout layout;
-    layout.d_groups = head_dim / params.d_per_lane;
+    layout.d_groups = value_dim / params.d_per_lane;
     layout.query_lanes = std::max(1, std::min(params.query_tile, warp_lanes / layout.d_groups));
     const GpuScoreTiles tiles = gpu_score_tiles(params);
     layout.score_keys = tiles.keys;
@@ -77,7 +77,7 @@ struct GpuSchedule {
     AttentionStages &stages;
     const GpuScheduleParams &params;
     bool cuda; ///< CUDA runs the lanes on gpu_lanes, OpenCL on gpu_threads
-    int width; ///< head_dim elements per lane in the fold and the output
+    int width; ///< value_dim elements per lane in the fold and the output
     LaneLayout layout;
     bool split; ///< the split-KV form: a block per chunk of keys, and a combine
     Func core;  ///< the attention's output: attn_out before an out projection or an lse output,
@@ -92,7 +92,7 @@ struct GpuSchedule {
 GpuSchedule::GpuSchedule(AttentionStages &s, const Halide::Target &target,
                          const GpuScheduleParams &params)
     : stages(s), params(params), cuda(target.has_feature(Halide::Target::CUDA)),
-      width(s.options.d_per_lane), layout(lane_layout(s.spec.resolved_head_dim(), params)),
+      width(s.options.d_per_lane), layout(lane_layout(s.spec.resolved_value_dim(), params)),
       split(s.options.chunk_keys > 0),
       core(s.spec.projections.out || s.spec.lse_output ? s.attn_out : s.output),
       walk(split ? s.partials : core), q_tile("q_tile"), step(s.r_online.y) {}
@@ -285,7 +285,7 @@ std::pair<Var, Var> lanes_of_state(const GpuSchedule &gpu, Stage stage, const st
 }
 
 /**
- * The running state, in registers: lane (d group g, query lane l) holds head_dim elements
+ * The running state, in registers: lane (d group g, query lane l) holds value_dim elements
  * g * d_per_lane.. of queries l, l + query_lanes, ... of every head of the block, and their
  * max, sum and step weight. (Halide 14 keeps a lane's state in its registers only where the
  * state's index is the lane plus a multiple of the warp: d groups innermost.) Its steps are the

@@ -120,25 +120,28 @@ int64_t gpu_shared_memory_bytes(const AttentionSpec &spec, const GpuSchedulePara
     // What the schedule in cuda_schedule.cpp keeps in shared memory per block, as if no two
     // buffers shared space: the staged queries (head_dim x rows, rows padded by 4 words when
     // staged transposed, from 8 queries up) and the step's K (head_dim x step_keys + 4) and V
-    // (head_dim x step_keys) where they are staged, its masked scores and probabilities (step_keys
-    // x rows each) and its max per row. The running state is in registers.
+    // (value_dim x step_keys) where they are staged, its masked scores and probabilities
+    // (step_keys x rows each) and its max per row. The running state is in registers.
     const int64_t head_dim = spec.resolved_head_dim();
+    const int64_t value_dim = spec.resolved_value_dim();
     const int64_t keys = params.step_keys;
     const int64_t heads = params.heads_per_block;
     const int64_t queries = params.query_tile;
     const int64_t rows = queries * heads;
     const int64_t staged_queries = (queries >= 8 ? queries + 4 : queries) * heads;
-    return 4 * (params.stage_queries * head_dim * staged_queries +
-                params.stage_kv * head_dim * (2 * keys + 4) + 2 * keys * rows + rows);
+    return 4 *
+           (params.stage_queries * head_dim * staged_queries +
+            params.stage_kv * (head_dim * (keys + 4) + value_dim * keys) + 2 * keys * rows + rows);
 }
 
 GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::string &shape_class) {
-    const int head_dim = spec.resolved_head_dim();
+    // The running state and the output spread value_dim (V's head size) over the lanes.
+    const int value_dim = spec.resolved_value_dim();
     GpuScheduleParams params;
     params.split_chunk = gpu_default_split_chunk(shape_class);
     if (shape_class == "decode") {
         // A chunk of keys per block for the query heads of a kv head's group, so that K and V
-        // are read once for several: one query per head, and the lanes along head_dim, as many
+        // are read once for several: one query per head, and the lanes along value_dim, as many
         // as divide it.
         // Up to 4 heads: 8 (Llama-70B's group) keep more state and score tiles than a lane's
         // registers hold (ptxas spilled them). K and V staged: read where they lie (stage_kv
@@ -149,21 +152,21 @@ GpuScheduleParams gpu_schedule_params(const AttentionSpec &spec, const std::stri
         while (spec.group_size() % params.heads_per_block != 0)
             params.heads_per_block--;
         int lanes = 32;
-        while (head_dim % lanes != 0)
+        while (value_dim % lanes != 0)
             lanes /= 2;
-        params.d_per_lane = head_dim / lanes;
-        // Fewer lanes than the warp's (head_dim not a multiple of 32) hold one row each: see
+        params.d_per_lane = value_dim / lanes;
+        // Fewer lanes than the warp's (value_dim not a multiple of 32) hold one row each: see
         // gpu_params_problem.
         if (lanes < 32)
             params.heads_per_block = 1;
     } else {
-        // About 8 head_dim elements per lane in the fold: a power of two of lanes, up to 32,
+        // About 8 value_dim elements per lane in the fold: a power of two of lanes, up to 32,
         // shares a row, the others run along the queries; each lane folds up to 8 queries, as
         // many as keep its part of the state within 64 registers.
         int d_groups = 1;
-        while (d_groups < 32 && head_dim % (2 * d_groups) == 0 && head_dim / (2 * d_groups) >= 8)
+        while (d_groups < 32 && value_dim % (2 * d_groups) == 0 && value_dim / (2 * d_groups) >= 8)
             d_groups *= 2;
-        params.d_per_lane = head_dim / d_groups;
+        params.d_per_lane = value_dim / d_groups;
         const int lane_queries = std::clamp(64 / params.d_per_lane, 1, 8);
         params.query_tile = std::min(32 / d_groups * lane_queries, 32);
     }
@@ -198,9 +201,9 @@ CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::T
     if (spec.dtype != DType::f32)
         params.packed_weights = true;
     // V read in place costs 16-lane vectors less than its copy, except in long rows of
-    // head_dim > 64.
+    // value_dim > 64.
     if (spec.dtype == DType::f32 && target.natural_vector_size<float>() >= 16)
-        params.copy_values = spec.resolved_head_dim() <= 64 ? CopyValues::none : CopyValues::flash;
+        params.copy_values = spec.resolved_value_dim() <= 64 ? CopyValues::none : CopyValues::flash;
     return params;
 }
 
@@ -225,11 +228,13 @@ std::string gpu_params_problem(const AttentionSpec &spec, const GpuScheduleParam
         return "schedule parameter heads_per_block must divide the " +
                std::to_string(spec.group_size()) + " query heads per kv head, got " +
                std::to_string(heads);
-    const int head_dim = spec.resolved_head_dim();
+    const int value_dim = spec.resolved_value_dim();
     const int width = gpu.d_per_lane;
-    const int d_groups = head_dim % width == 0 ? head_dim / width : 0;
+    const int d_groups = value_dim % width == 0 ? value_dim / width : 0;
+    const std::string value_dim_name = spec.value_dim > 0 ? "value_dim " : "head_dim ";
     if (d_groups == 0 || d_groups > 32 || !is_power_of_two(d_groups))
-        return "schedule parameter d_per_lane must divide head_dim " + std::to_string(head_dim) +
+        return "schedule parameter d_per_lane must divide " + value_dim_name +
+               std::to_string(value_dim) +
                " into a power of two of at most 32 lanes per row, got " + std::to_string(width);
     // The lanes of a warp hold the running state only in whole stripes: a tile of
     // queries is whole rows of lanes, or a power of two of them.
@@ -244,8 +249,8 @@ std::string gpu_params_problem(const AttentionSpec &spec, const GpuScheduleParam
     const int lanes = d_groups * std::min(tile, query_lanes);
     if (lanes < 32 && heads > 1)
         return "schedule parameter heads_per_block must be 1 where a block's tile fills " +
-               std::to_string(lanes) + " of the warp's 32 lanes (head_dim " +
-               std::to_string(head_dim) + " over " + std::to_string(d_groups) +
+               std::to_string(lanes) + " of the warp's 32 lanes (" + value_dim_name +
+               std::to_string(value_dim) + " over " + std::to_string(d_groups) +
                " lanes per row, query_tile " + std::to_string(tile) + "), got " +
                std::to_string(heads);
     const int64_t shared = gpu_shared_memory_bytes(spec, gpu);
@@ -350,7 +355,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
             options.value_queries = cpu.value_queries;
         options.rows_up_to = cpu.rows_up_to;
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
-        options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_head_dim());
+        options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_value_dim());
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
         options.native_f16 = halide_compat::converts_f16_in_hardware(target);

@@ -68,10 +68,11 @@ int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params
 /**
  * Keys per register block of the split-KV schedule's P·V (AlgorithmOptions::kv_value_block),
  * or 0 for one loop over the chunk's keys. Blocks need a whole V row of accumulators for a
- * few heads in registers: targets with 32 vector registers (AVX-512) and head_dim of at most
+ * few heads in registers: targets with 32 vector registers (AVX-512) and value_dim of at most
  * 16 vectors.
  */
-int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params, int head_dim);
+int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
+                       int value_dim);
 
 /**
  * Whether the prefill forms take the queries last to first (AlgorithmOptions::reverse_queries):

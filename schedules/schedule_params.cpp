@@ -246,10 +246,10 @@ std::vector<ScheduleParam> gpu_block_params() {
          &GpuScheduleParams::d_per_lane,
          1,
          256,
-         "Head_dim elements of the running state per lane; head_dim / d_per_lane lanes (a "
-         "power of two up to 32) share a row.",
+         "Value_dim elements (head_dim unless the layer sets value_dim) of the running state "
+         "per lane; value_dim / d_per_lane lanes (a power of two up to 32) share a row.",
          gpu_only,
-         "about 8; head_dim / 32 for decode",
+         "about 8; value_dim / 32 for decode",
          W::always,
          {},
          SearchValues::head_dim_lanes},
@@ -409,7 +409,7 @@ std::string ScheduleParam::search_text() const {
     std::string text;
     switch (search_values) {
     case SearchValues::head_dim_lanes:
-        text = "head_dim / 2..32 lanes";
+        text = "value_dim / 2..32 lanes";
         break;
     case SearchValues::group_divisors:
         text = "divisors of the group";

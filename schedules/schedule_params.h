@@ -75,7 +75,7 @@ enum class SearchWhen {
 /** Where the tuner's values of a parameter come from. */
 enum class SearchValues {
     listed,         ///< ScheduleParam::search
-    head_dim_lanes, ///< head_dim / lanes for 2 to 32 lanes per row (and the default)
+    head_dim_lanes, ///< value_dim (head_dim unless set) / lanes for 2 to 32 lanes per row
     group_divisors, ///< the divisors of the grouped-query group (searched when it has several)
 };
 

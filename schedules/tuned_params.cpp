@@ -37,6 +37,8 @@ std::string spec_class(const AttentionSpec &spec) {
     name += mask + "-" + to_string(spec.dtype);
     if (spec.kv_dtype)
         name += "-kv" + std::string(to_string(*spec.kv_dtype));
+    if (spec.resolved_value_dim() != spec.resolved_head_dim())
+        name += "-v" + std::to_string(spec.resolved_value_dim());
     if (spec.score_mod || !spec.mask_predicates.empty())
         name += "-mod";
     if (spec.projections.any())
@@ -58,9 +60,10 @@ std::string spec_hash(const AttentionSpec &spec) {
         // Without rotary embeddings or a cache, the hash of every layer from before they existed.
         const bool rope_field = entry.first.rfind("rope", 0) == 0 || entry.first == "rotary_dim";
         const bool cache_field = entry.first.rfind("cache", 0) == 0;
-        // Likewise without sinks or a kv_dtype of their own.
+        // Likewise without sinks, a kv_dtype or a value_dim of their own.
         if ((entry.first == "sinks" && !spec.sinks) ||
-            (entry.first == "kv_dtype" && !spec.kv_dtype))
+            (entry.first == "kv_dtype" && !spec.kv_dtype) ||
+            (entry.first == "value_dim" && spec.value_dim == 0))
             continue;
         // The lse output changes no schedule's best parameters: its tuned records are the
         // layer's without it.

@@ -145,6 +145,7 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
       weights_(layer_.info, 1, 1, 1, seed), reference_base_(weights_.reference()) {
     REQUIRE(info_.cache.kind != attngen::CacheKind::none);
     const int H = info_.heads, Hkv = info_.kv_heads, D = info_.head_dim, M = info_.model_dim;
+    const int Dv = info_.value_dim;
     capacity_ = capacity;
     if (paged()) {
         block_size_ = info_.cache.block_size;
@@ -157,10 +158,10 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
         std::shuffle(free_blocks_.begin(), free_blocks_.end(), rng_);
     }
 
-    const size_t cache_elements = static_cast<size_t>(paged() ? num_blocks_ : batch_) * Hkv *
-                                  (paged() ? block_size_ : capacity_) * D;
-    k_cache = OutputBuffer(info_.cache.dtype, cache_elements, static_cast<size_t>(D));
-    v_cache = OutputBuffer(info_.cache.dtype, cache_elements, static_cast<size_t>(D));
+    const size_t cache_rows = static_cast<size_t>(paged() ? num_blocks_ : batch_) * Hkv *
+                              (paged() ? block_size_ : capacity_);
+    k_cache = OutputBuffer(info_.cache.dtype, cache_rows * D, static_cast<size_t>(D));
+    v_cache = OutputBuffer(info_.cache.dtype, cache_rows * Dv, static_cast<size_t>(Dv));
     // Sentinels: NaN, +inf and random values in turn, as unwritten memory may hold anything. A
     // layer that let one into an output (a hidden key's score, or 0 x V) would show it there.
     // An i8 cache: random bytes, and the sentinels in its rows' scales.
@@ -172,7 +173,7 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
     };
     for (OutputBuffer *cache : {&k_cache, &v_cache}) {
         if (!quantized) {
-            for (size_t i = 0; i < cache_elements; i++)
+            for (size_t i = 0; i < cache_rows * static_cast<size_t>(row_width(*cache)); i++)
                 store(*cache, i, sentinel(i));
             continue;
         }
@@ -194,7 +195,7 @@ CachedBatch::CachedBatch(const attngen::Layer &layer_, const std::vector<int> &c
         } else {
             queries_.push_back(draw_stream(H * D));
             keys_.push_back(draw_stream(Hkv * D));
-            values_.push_back(draw_stream(Hkv * D));
+            values_.push_back(draw_stream(Hkv * Dv));
         }
     }
 
@@ -237,9 +238,14 @@ void CachedBatch::hand_out_blocks(int b, int positions) {
     }
 }
 
-/** Where element d of kv head `kv_head` at sequence b's `position` lives in either cache. */
-size_t CachedBatch::cache_index(int b, int kv_head, int position, int d) const {
-    const size_t Hkv = info_.kv_heads, D = info_.head_dim;
+int CachedBatch::row_width(const OutputBuffer &cache) const {
+    return &cache == &k_cache ? info_.head_dim : info_.value_dim;
+}
+
+/** Where element d of kv head `kv_head` at sequence b's `position` lives in a cache of rows of
+ * `width`. */
+size_t CachedBatch::cache_index(int b, int kv_head, int position, int d, int width) const {
+    const size_t Hkv = info_.kv_heads, D = static_cast<size_t>(width);
     if (!paged())
         return ((b * Hkv + kv_head) * capacity_ + position) * D + d;
     const auto block = static_cast<size_t>(
@@ -250,9 +256,10 @@ size_t CachedBatch::cache_index(int b, int kv_head, int position, int d) const {
 /** Writes sequence b's K or V rows at `position` (Hkv * D, head by head) as the layer does. */
 void CachedBatch::store_rows(OutputBuffer &cache, int b, int position,
                              const std::vector<double> &raw) {
-    const size_t D = info_.head_dim;
+    const int width = row_width(cache);
+    const size_t D = static_cast<size_t>(width);
     for (int h = 0; h < info_.kv_heads; h++) {
-        const size_t at = cache_index(b, h, position, 0);
+        const size_t at = cache_index(b, h, position, 0, width);
         const auto first = raw.begin() + static_cast<std::ptrdiff_t>(h * D);
         if (cache.dtype == DType::i8) {
             std::vector<int8_t> bytes;
@@ -273,11 +280,12 @@ attngen::MutableTensor CachedBatch::scales_view(OutputBuffer &cache) const {
 }
 
 attngen::MutableTensor CachedBatch::cache_view(OutputBuffer &cache) const {
+    const int64_t width = row_width(cache);
     if (paged())
         return attngen::mutable_view(cache.data(), info_.cache.dtype,
-                                     {num_blocks_, info_.kv_heads, block_size_, info_.head_dim});
+                                     {num_blocks_, info_.kv_heads, block_size_, width});
     return attngen::mutable_view(cache.data(), info_.cache.dtype,
-                                 {batch_, info_.kv_heads, capacity_, info_.head_dim});
+                                 {batch_, info_.kv_heads, capacity_, width});
 }
 
 CachedBatch::Step CachedBatch::prepare(const std::vector<int> &query_lengths, int query_len) {
@@ -296,7 +304,7 @@ CachedBatch::Step CachedBatch::prepare(const std::vector<int> &query_lengths, in
     std::replace(call.block_table.begin(), call.block_table.end(), -1, unused_block_entry);
 
     const int64_t B = batch_, Lq = call.query_len, H = info_.heads, Hkv = info_.kv_heads;
-    const int64_t D = info_.head_dim, M = info_.model_dim;
+    const int64_t D = info_.head_dim, Dv = info_.value_dim, M = info_.model_dim;
     if (info_.projections) {
         call.x =
             host_tensor(info_.dtype, {B, Lq, M}, new_token_rows(inputs_, 1, info_.model_dim, call));
@@ -305,10 +313,10 @@ CachedBatch::Step CachedBatch::prepare(const std::vector<int> &query_lengths, in
                                  new_token_rows(queries_, info_.heads, info_.head_dim, call));
         call.key = host_tensor(info_.dtype, {B, Hkv, Lq, D},
                                new_token_rows(keys_, info_.kv_heads, info_.head_dim, call));
-        call.value = host_tensor(info_.dtype, {B, Hkv, Lq, D},
-                                 new_token_rows(values_, info_.kv_heads, info_.head_dim, call));
+        call.value = host_tensor(info_.dtype, {B, Hkv, Lq, Dv},
+                                 new_token_rows(values_, info_.kv_heads, info_.value_dim, call));
     }
-    const int64_t out_row = info_.out_projection ? M : H * D;
+    const int64_t out_row = info_.out_projection ? M : H * Dv;
     call.out = OutputBuffer(info_.dtype, static_cast<size_t>(B * Lq * out_row));
     if (info_.lse) // not 0: the layer must write every element
         call.lse.assign(static_cast<size_t>(B) * info_.heads * Lq, 12345.0f);
@@ -371,7 +379,7 @@ attngen::Arguments CachedBatch::arguments(Step &call) {
     args.out = info_.out_projection
                    ? attngen::mutable_view(call.out.data(), info_.dtype, {B, Lq, info_.model_dim})
                    : attngen::mutable_view(call.out.data(), info_.dtype,
-                                           {B, info_.heads, Lq, info_.head_dim});
+                                           {B, info_.heads, Lq, info_.value_dim});
     if (info_.lse)
         args.lse = attngen::mutable_view(call.lse.data(), {B, info_.heads, Lq});
     return args;
@@ -398,8 +406,8 @@ std::vector<std::vector<float>> CachedBatch::step(const std::vector<int> &query_
  */
 std::vector<double> CachedBatch::kv_features(const std::vector<std::vector<float>> &stream,
                                              const HostTensor &weight, const HostTensor &bias,
-                                             int b, int position) const {
-    const size_t width = static_cast<size_t>(info_.kv_heads) * info_.head_dim;
+                                             int b, int position, int dim) const {
+    const size_t width = static_cast<size_t>(info_.kv_heads) * dim;
     if (!info_.projections)
         return widen(stream[b], position * width, width);
     const size_t M = info_.model_dim;
@@ -416,18 +424,19 @@ std::vector<double> CachedBatch::kv_features(const std::vector<std::vector<float
 
 /** Sequence b's key at `position`, rotated there, before the cache's rounding. */
 std::vector<double> CachedBatch::raw_key(int b, int position) const {
-    std::vector<double> key = kv_features(keys_, weights_.wk, weights_.bk, b, position);
+    std::vector<double> key =
+        kv_features(keys_, weights_.wk, weights_.bk, b, position, info_.head_dim);
     reference_rope(reference_base_.rope, key, 1, info_.kv_heads, 1, info_.head_dim, position);
     return key;
 }
 
 std::vector<double> CachedBatch::raw_value(int b, int position) const {
-    return kv_features(values_, weights_.wv, weights_.bv, b, position);
+    return kv_features(values_, weights_.wv, weights_.bv, b, position, info_.value_dim);
 }
 
 /** Rows (Hkv * D) as the cache reads them back: rounded to its dtype, or quantized per row. */
-std::vector<double> CachedBatch::rounded_rows(std::vector<double> rows) const {
-    const size_t D = info_.head_dim;
+std::vector<double> CachedBatch::rounded_rows(std::vector<double> rows, int dim) const {
+    const size_t D = static_cast<size_t>(dim);
     if (info_.cache.dtype != DType::i8) {
         for (double &feature : rows)
             feature = round_to(info_.cache.dtype, feature);
@@ -445,18 +454,18 @@ std::vector<double> CachedBatch::rounded_rows(std::vector<double> rows) const {
 
 /** Sequence b's key at `position` as its cache holds it: rotated there, in the cache dtype. */
 std::vector<double> CachedBatch::cached_key(int b, int position) const {
-    return rounded_rows(raw_key(b, position));
+    return rounded_rows(raw_key(b, position), info_.head_dim);
 }
 
 /** Sequence b's value at `position` as its cache holds it, in the cache dtype. */
 std::vector<double> CachedBatch::cached_value(int b, int position) const {
-    return rounded_rows(raw_value(b, position));
+    return rounded_rows(raw_value(b, position), info_.value_dim);
 }
 
 /** Sequence b's rows first..first+count-1 of `out`, token by token: (count, H, D) or (count, M). */
 std::vector<float> CachedBatch::output_rows(const std::vector<float> &out, int query_len, int b,
                                             int first, int count) const {
-    const size_t Lq = query_len, H = info_.heads, D = info_.head_dim, M = info_.model_dim;
+    const size_t Lq = query_len, H = info_.heads, D = info_.value_dim, M = info_.model_dim;
     std::vector<float> rows;
     for (size_t t = first; t < static_cast<size_t>(first + count); t++) {
         if (info_.out_projection) {
@@ -477,7 +486,7 @@ std::vector<float> CachedBatch::output_rows(const std::vector<float> &out, int q
  * whole raw history, with query t at position cache_length + t.
  */
 std::vector<double> CachedBatch::reference_rows(int b, int count, std::vector<double> *lse) const {
-    const int H = info_.heads, Hkv = info_.kv_heads, D = info_.head_dim;
+    const int H = info_.heads, Hkv = info_.kv_heads, D = info_.head_dim, Dv = info_.value_dim;
     const size_t first = cache_lengths_[b], total = first + count;
     ReferenceProblem problem = reference_base_;
     problem.batch = 1;
@@ -491,14 +500,15 @@ std::vector<double> CachedBatch::reference_rows(int b, int count, std::vector<do
         problem.x = widen(inputs_[b], first * M, count * M);
         problem.context = widen(inputs_[b], 0, total * M);
     } else {
-        const size_t q_width = static_cast<size_t>(H) * D, kv_width = static_cast<size_t>(Hkv) * D;
+        const size_t q_width = static_cast<size_t>(H) * D, k_width = static_cast<size_t>(Hkv) * D;
+        const size_t v_width = static_cast<size_t>(Hkv) * Dv;
         problem.query =
             swap_outer(widen(queries_[b], first * q_width, count * q_width), count, H, D);
-        problem.key = swap_outer(widen(keys_[b], 0, total * kv_width), problem.key_len, Hkv, D);
-        problem.value = swap_outer(widen(values_[b], 0, total * kv_width), problem.key_len, Hkv, D);
+        problem.key = swap_outer(widen(keys_[b], 0, total * k_width), problem.key_len, Hkv, D);
+        problem.value = swap_outer(widen(values_[b], 0, total * v_width), problem.key_len, Hkv, Dv);
     }
     const std::vector<double> out = reference_attention(problem, lse);
-    return info_.out_projection ? out : swap_outer(out, H, count, D);
+    return info_.out_projection ? out : swap_outer(out, H, count, Dv);
 }
 
 std::vector<std::vector<float>> CachedBatch::check_output(const Step &call) const {
@@ -543,31 +553,31 @@ std::vector<std::vector<float>> CachedBatch::check_output(const Step &call) cons
 
 void CachedBatch::check_caches(const Step &call, const OutputBuffer &k_before,
                                const OutputBuffer &v_before) const {
-    const int Hkv = info_.kv_heads, D = info_.head_dim;
-    const std::vector<float> k_now = k_cache.values(), v_now = v_cache.values();
-    std::vector<bool> written(k_now.size(), false);
-    std::vector<float> k_got, v_got;
-    std::vector<double> k_want, v_want;
-    for (int b = 0; b < batch_; b++)
-        for (int p = cache_lengths_[b]; p < cache_lengths_[b] + call.query_lengths[b]; p++) {
-            const std::vector<double> key = cached_key(b, p), value = cached_value(b, p);
-            for (int h = 0; h < Hkv; h++)
-                for (int d = 0; d < D; d++) {
-                    const size_t at = cache_index(b, h, p, d);
-                    written[at] = true;
-                    k_got.push_back(k_now[at]);
-                    v_got.push_back(v_now[at]);
-                    k_want.push_back(key[static_cast<size_t>(h) * D + d]);
-                    v_want.push_back(value[static_cast<size_t>(h) * D + d]);
-                }
-        }
     const double tolerance = cache_tolerance(info_.cache.dtype);
-    const double k_error = relative_error(k_got, k_want), v_error = relative_error(v_got, v_want);
-    CHECK(k_error <= tolerance);
-    CHECK(v_error <= tolerance);
-    // Everything else, sentinels, spare blocks and earlier tokens alike, keeps its bytes.
-    CHECK(changed_elements(k_cache, k_before, written) == 0);
-    CHECK(changed_elements(v_cache, v_before, written) == 0);
+    for (const auto &[cache, before] :
+         {std::make_pair(&k_cache, &k_before), std::make_pair(&v_cache, &v_before)}) {
+        const bool keys = cache == &k_cache;
+        const int width = row_width(*cache);
+        const std::vector<float> now = cache->values();
+        std::vector<bool> written(now.size(), false);
+        std::vector<float> got;
+        std::vector<double> want;
+        for (int b = 0; b < batch_; b++)
+            for (int p = cache_lengths_[b]; p < cache_lengths_[b] + call.query_lengths[b]; p++) {
+                const std::vector<double> rows = keys ? cached_key(b, p) : cached_value(b, p);
+                for (int h = 0; h < info_.kv_heads; h++)
+                    for (int d = 0; d < width; d++) {
+                        const size_t at = cache_index(b, h, p, d, width);
+                        written[at] = true;
+                        got.push_back(now[at]);
+                        want.push_back(rows[static_cast<size_t>(h) * width + d]);
+                    }
+            }
+        INFO((keys ? "k_cache" : "v_cache"));
+        CHECK(relative_error(got, want) <= tolerance);
+        // Everything else, sentinels, spare blocks and earlier tokens alike, keeps its bytes.
+        CHECK(changed_elements(*cache, *before, written) == 0);
+    }
 }
 
 std::string CachedBatch::describe(const Step &call) const {

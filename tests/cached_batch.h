@@ -82,17 +82,19 @@ class CachedBatch {
     bool paged() const { return info_.cache.kind == attngen::CacheKind::paged; }
     float draw(attngen::DType dtype);
     void hand_out_blocks(int b, int positions);
-    size_t cache_index(int b, int kv_head, int position, int d) const;
+    /** Rows of K are head_dim wide, of V value_dim: the width of `cache`'s rows. */
+    int row_width(const OutputBuffer &cache) const;
+    size_t cache_index(int b, int kv_head, int position, int d, int width) const;
     attngen::MutableTensor cache_view(OutputBuffer &cache) const;
     attngen::MutableTensor scales_view(OutputBuffer &cache) const;
     std::vector<float> new_token_rows(const std::vector<std::vector<float>> &stream, int heads,
                                       int dim, const Step &call);
     std::vector<double> kv_features(const std::vector<std::vector<float>> &stream,
                                     const HostTensor &weight, const HostTensor &bias, int b,
-                                    int position) const;
+                                    int position, int dim) const;
     std::vector<double> raw_key(int b, int position) const;
     std::vector<double> raw_value(int b, int position) const;
-    std::vector<double> rounded_rows(std::vector<double> rows) const;
+    std::vector<double> rounded_rows(std::vector<double> rows, int dim) const;
     void store_rows(OutputBuffer &cache, int b, int position, const std::vector<double> &raw);
     std::vector<double> cached_key(int b, int position) const;
     std::vector<double> cached_value(int b, int position) const;

@@ -90,6 +90,7 @@ void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch
 
 std::vector<double> reference_attention(const ReferenceProblem &p, std::vector<double> *lse) {
     const int B = p.batch, H = p.heads, Hkv = p.kv_heads, D = p.head_dim;
+    const int Dv = p.value_dim > 0 ? p.value_dim : D; // V's and the output's head size
     const int Lq = p.query_len, Lk = p.key_len, M = p.model_dim;
 
     std::vector<double> Q = p.query, K = p.key, V = p.value;
@@ -97,12 +98,12 @@ std::vector<double> reference_attention(const ReferenceProblem &p, std::vector<d
         const std::vector<double> &kv_in = p.cross ? p.context : p.x;
         Q = split_heads(linear(p.x, B * Lq, M, p.wq, p.bq, H * D), B, Lq, H, D);
         K = split_heads(linear(kv_in, B * Lk, M, p.wk, p.bk, Hkv * D), B, Lk, Hkv, D);
-        V = split_heads(linear(kv_in, B * Lk, M, p.wv, p.bv, Hkv * D), B, Lk, Hkv, D);
+        V = split_heads(linear(kv_in, B * Lk, M, p.wv, p.bv, Hkv * Dv), B, Lk, Hkv, Dv);
     }
     reference_rope(p.rope, Q, B, H, Lq, D, Lk - Lq);
     reference_rope(p.rope, K, B, Hkv, Lk, D, 0);
 
-    std::vector<double> O(static_cast<size_t>(B) * H * Lq * D, 0.0);
+    std::vector<double> O(static_cast<size_t>(B) * H * Lq * Dv, 0.0);
     std::vector<double> weights(Lk);
     if (lse != nullptr)
         lse->assign(static_cast<size_t>(B) * H * Lq, -std::numeric_limits<double>::infinity());
@@ -154,9 +155,9 @@ std::vector<double> reference_attention(const ReferenceProblem &p, std::vector<d
                 // or 0 x V. A NaN score, which std::max passes over, makes the row NaN below.
                 if (row_max == -std::numeric_limits<double>::infinity() && !any_nan) {
                     for (int j = 0; j < Lk && p.zero_weight_values; j++)
-                        for (int d = 0; d < D; d++)
-                            O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d] +=
-                                0.0 * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
+                        for (int d = 0; d < Dv; d++)
+                            O[((static_cast<size_t>(b) * H + h) * Lq + i) * Dv + d] +=
+                                0.0 * V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * Dv + d];
                     continue;
                 }
                 double total = std::exp(sink - row_max);
@@ -167,28 +168,28 @@ std::vector<double> reference_attention(const ReferenceProblem &p, std::vector<d
                 // log(sum_j exp(score_j) + exp(sink)), taken relative to the row's max.
                 if (lse != nullptr)
                     (*lse)[(static_cast<size_t>(b) * H + h) * Lq + i] = row_max + std::log(total);
-                for (int d = 0; d < D; d++) {
+                for (int d = 0; d < Dv; d++) {
                     double sum = 0.0;
                     for (int j = 0; j < Lk; j++)
                         if (p.zero_weight_values || weights[j] != 0.0)
                             sum += weights[j] *
-                                   V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * D + d];
-                    O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d] = sum / total;
+                                   V[((static_cast<size_t>(b) * Hkv + g) * Lk + j) * Dv + d];
+                    O[((static_cast<size_t>(b) * H + h) * Lq + i) * Dv + d] = sum / total;
                 }
             }
         }
     if (!p.out_projection)
         return O;
 
-    // Concatenate heads: (B, H, Lq, D) -> (B, Lq, H*D), then Y = concat Wo^T + bo.
+    // Concatenate heads: (B, H, Lq, Dv) -> (B, Lq, H*Dv), then Y = concat Wo^T + bo.
     std::vector<double> concat(O.size());
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < Lq; i++)
-                for (int d = 0; d < D; d++)
-                    concat[((static_cast<size_t>(b) * Lq + i) * H + h) * D + d] =
-                        O[((static_cast<size_t>(b) * H + h) * Lq + i) * D + d];
-    return linear(concat, B * Lq, H * D, p.wo, p.bo, M);
+                for (int d = 0; d < Dv; d++)
+                    concat[((static_cast<size_t>(b) * Lq + i) * H + h) * Dv + d] =
+                        O[((static_cast<size_t>(b) * H + h) * Lq + i) * Dv + d];
+    return linear(concat, B * Lq, H * Dv, p.wo, p.bo, M);
 }
 
 } // namespace attngen_test

@@ -26,13 +26,14 @@ struct ReferenceRope {
 /** One problem, tensors row-major as the runtime's users hold them, widened to double. */
 struct ReferenceProblem {
     int batch = 1, heads = 1, kv_heads = 1, head_dim = 1, model_dim = 0;
+    int value_dim = 0; ///< V's and the output's head size Dv; 0 means head_dim
     int query_len = 1, key_len = 1;
     double scale = 1.0;
     bool causal = false, key_padding = false, additive = false;
     int window = 0;
     bool projections = false, out_projection = false, bias = false, cross = false;
 
-    std::vector<double> query, key, value; // (B,H,Lq,D), (B,Hkv,Lk,D), (B,Hkv,Lk,D)
+    std::vector<double> query, key, value; // (B,H,Lq,D), (B,Hkv,Lk,D), (B,Hkv,Lk,Dv)
     std::vector<double> x, context;        // (B,Lq,M), (B,Lk,M)
     std::vector<double> wq, wk, wv, wo;    // (out, in)
     std::vector<double> bq, bk, bv, bo;    // (out)
@@ -58,7 +59,7 @@ void reference_rope(const ReferenceRope &rope, std::vector<double> &x, int batch
                     int len, int dim, int offset);
 
 /**
- * The layer's output: (B, H, Lq, D), or (B, Lq, M) with an output projection. With `lse`, also
+ * The layer's output: (B, H, Lq, Dv), or (B, Lq, M) with an output projection. With `lse`, also
  * each row's log-sum-exp (B, H, Lq): the natural log of its softmax denominator, sum over the
  * visible keys of exp(score) plus exp(sink); -inf for a row with no visible key and no sink.
  */

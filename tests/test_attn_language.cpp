@@ -749,6 +749,19 @@ TEST_CASE("KV cache fields parse and print back") {
     check_round_trip(contiguous);
 }
 
+TEST_CASE("value_dim parses and prints back") {
+    AttentionSpec deepseek = one_layer("attention mla {\n"
+                                       "    model_dim = 512; heads = 4; head_dim = 192\n"
+                                       "    value_dim = 128; projections = q, k, v, out\n"
+                                       "}\n");
+    CHECK(deepseek.resolved_value_dim() == 128);
+    check_round_trip(deepseek);
+    CHECK(to_attn(deepseek).find("    head_dim = 192\n    value_dim = 128\n") != std::string::npos);
+    AttentionSpec plain = one_layer("attention plain { heads = 4; head_dim = 32 }");
+    CHECK(plain.resolved_value_dim() == 32);
+    CHECK(to_attn(plain).find("value_dim") == std::string::npos);
+}
+
 TEST_CASE("kv_dtype parses and prints back") {
     AttentionSpec quantized = one_layer("attention q8 {\n"
                                         "    heads = 8; kv_heads = 2; head_dim = 64\n"

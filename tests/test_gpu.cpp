@@ -14,6 +14,7 @@
 #include "g_d16_cache_decode.h"
 #include "g_d16_mqa_padding.h"
 #include "g_d16_rope_table.h"
+#include "g_d16_v32_decode.h"
 #include "g_d32_all_masks.h"
 #include "g_d32_cache_i8.h"
 #include "g_d32_cache_paged.h"
@@ -26,6 +27,7 @@
 #include "g_d32_shared_heads.h"
 #include "g_d32_sinks.h"
 #include "g_d32_sinks_decode.h"
+#include "g_d32_v16.h"
 #include "g_d64_gqa_causal.h"
 #include "g_d64_gqa_decode.h"
 #include "g_mha_rope.h"
@@ -200,6 +202,14 @@ TEST_CASE("GPU schedule: i8 keys and values with rotary embeddings") {
 
 TEST_CASE("GPU split-KV decode form: i8 keys and values, causal and padding") {
     check_on_gpu(g_d32_kv_i8_decode_layer(), 548);
+}
+
+TEST_CASE("GPU schedule: V's head size apart from K's (value_dim 16, head_dim 32)") {
+    check_on_gpu(g_d32_v16_layer(), 549);
+}
+
+TEST_CASE("GPU split-KV decode form: value_dim 32 over head_dim 16, causal and padding") {
+    check_on_gpu(g_d16_v32_decode_layer(), 550);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -339,6 +339,30 @@ TEST_CASE("i8: a cache's storage, which round-trips, and never the layer's dtype
           "inputs (kv_dtype = i8) only; the queries and the output are f32, f16 or bf16");
 }
 
+TEST_CASE("value_dim: V's head size, head_dim by default, which round-trips") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "192"}, {"value_dim", "128"}}, errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.resolved_value_dim() == 128);
+    CHECK(parsed.resolved_head_dim() == 192);
+    CHECK(problems(parsed).empty());
+    CHECK(attngen::spec_to_params(parsed).at("value_dim") == "128");
+    std::vector<attngen::SpecError> again;
+    AttentionSpec round_trip = attngen::spec_from_params(attngen::spec_to_params(parsed), again);
+    REQUIRE(again.empty());
+    CHECK(round_trip.resolved_value_dim() == 128);
+    AttentionSpec plain = sdpa(4, 64);
+    CHECK(plain.resolved_value_dim() == 64);
+    CHECK(attngen::spec_to_params(plain).at("value_dim") == "0");
+
+    AttentionSpec wide = sdpa(4, 64);
+    wide.value_dim = 70000;
+    CHECK(problems(wide) == "value_dim: must be in 1..65536 (or 0 for = head_dim), got 70000");
+    wide.value_dim = -1;
+    CHECK(problems(wide) == "value_dim: must be in 1..65536 (or 0 for = head_dim), got -1");
+}
+
 TEST_CASE("kv_dtype: the key and value inputs' storage, which round-trips, without projections "
           "or a cache") {
     std::vector<attngen::SpecError> errors;

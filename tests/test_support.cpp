@@ -120,6 +120,7 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
     std::mt19937 rng(seed);
     const attngen::DType t = info.dtype;
     const int64_t H = info.heads, Hkv = info.kv_heads, D = info.head_dim, M = info.model_dim;
+    const int64_t Dv = info.value_dim;
     if (info.projections) {
         const double w_range = 1.0 / std::sqrt(static_cast<double>(M));
         fill(x, t, {b, lq, M}, 1.0, rng);
@@ -127,21 +128,21 @@ Problem::Problem(const attngen::LayerInfo &layer, int b, int lq, int lk, uint32_
             fill(context, t, {b, lk, M}, 1.0, rng);
         fill(wq, t, {H * D, M}, w_range, rng);
         fill(wk, t, {Hkv * D, M}, w_range, rng);
-        fill(wv, t, {Hkv * D, M}, w_range, rng);
+        fill(wv, t, {Hkv * Dv, M}, w_range, rng);
         if (info.bias) {
             fill(bq, t, {H * D}, 0.5, rng);
             fill(bk, t, {Hkv * D}, 0.5, rng);
-            fill(bv, t, {Hkv * D}, 0.5, rng);
+            fill(bv, t, {Hkv * Dv}, 0.5, rng);
         }
         if (info.out_projection) {
-            fill(wo, t, {M, H * D}, 1.0 / std::sqrt(static_cast<double>(H * D)), rng);
+            fill(wo, t, {M, H * Dv}, 1.0 / std::sqrt(static_cast<double>(H * Dv)), rng);
             if (info.bias)
                 fill(bo, t, {M}, 0.5, rng);
         }
     } else {
         fill(query, t, {b, H, lq, D}, 1.0, rng);
         fill_stored(key, key_scales, info.kv_dtype, {b, Hkv, lk, D}, 1.0, rng);
-        fill_stored(value, value_scales, info.kv_dtype, {b, Hkv, lk, D}, 1.0, rng);
+        fill_stored(value, value_scales, info.kv_dtype, {b, Hkv, lk, Dv}, 1.0, rng);
     }
     if (info.key_padding) {
         key_lengths.dtype = attngen::DType::i32;
@@ -245,7 +246,7 @@ attngen::Arguments Problem::arguments(void *out) const {
 std::vector<int64_t> Problem::out_shape() const {
     if (info.out_projection)
         return {batch, query_len, info.model_dim};
-    return {batch, info.heads, query_len, info.head_dim};
+    return {batch, info.heads, query_len, info.value_dim};
 }
 
 size_t Problem::out_elements() const {
@@ -258,6 +259,7 @@ ReferenceProblem Problem::reference() const {
     p.heads = info.heads;
     p.kv_heads = info.kv_heads;
     p.head_dim = info.head_dim;
+    p.value_dim = info.value_dim;
     p.model_dim = info.model_dim;
     p.query_len = query_len;
     p.key_len = key_len;
@@ -491,7 +493,7 @@ void check_sink_edge_call(const attngen::Layer &layer, uint32_t seed, int rotati
     const std::vector<float> got = out.values();
     const std::vector<double> want = reference_attention(problem.reference());
     REQUIRE(got.size() == want.size());
-    const size_t per_head = static_cast<size_t>(query_len) * info.head_dim;
+    const size_t per_head = static_cast<size_t>(query_len) * info.value_dim;
     double scale = 1.0;
     for (double value : want)
         if (std::isfinite(value))

@@ -31,9 +31,10 @@ int command_check(int argc, char **argv) {
     fmt::print("{}: {} layer{}\n", args.positional[0], parsed.layers.size(),
                parsed.layers.size() == 1 ? "" : "s");
     for (const AttentionSpec &layer : parsed.layers)
-        fmt::print("  {}: heads={} kv_heads={} head_dim={} model_dim={} dtype={}{} "
+        fmt::print("  {}: heads={} kv_heads={} head_dim={}{} model_dim={} dtype={}{} "
                    "projections={} mask={}{}{}{}{}{}\n",
                    layer.name, layer.heads, layer.resolved_kv_heads(), layer.resolved_head_dim(),
+                   layer.value_dim > 0 ? fmt::format(" value_dim={}", layer.value_dim) : "",
                    layer.resolved_model_dim(), to_string(layer.dtype),
                    layer.kv_dtype ? std::string(" kv_dtype=") + to_string(*layer.kv_dtype) : "",
                    to_string(layer.projections), to_string(layer.mask),

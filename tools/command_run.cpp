@@ -146,7 +146,7 @@ int command_run(int argc, char **argv) {
                args.positional[0], shape.batch, shape.queries, shape.keys, target.to_string(),
                *seed_value);
     fmt::print("generated in {:.0f} ms; median of {} runs: {:.3f} ms ({:.1f} GFLOP/s of "
-               "attention, 4*B*H*Lq*Lk*D)\n",
+               "attention, 2*B*H*Lq*Lk*(D+Dv))\n",
                compile_ms, times.size(), median_ms, flops / median_ms * 1e-6);
 
     if (args.has("no-check")) {

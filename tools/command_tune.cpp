@@ -103,11 +103,11 @@ std::vector<int> search_values(const ScheduleParam &param, const AttentionSpec &
                                int default_value) {
     std::vector<int> values = param.search;
     if (param.search_values == SearchValues::head_dim_lanes) {
-        // 2 to 32 lanes per row of the online form's state.
-        const int head_dim = spec.resolved_head_dim();
+        // 2 to 32 lanes per row of the online form's state, a row of value_dim.
+        const int value_dim = spec.resolved_value_dim();
         for (int lanes = 2; lanes <= 32; lanes *= 2)
-            if (head_dim % lanes == 0)
-                values.push_back(head_dim / lanes);
+            if (value_dim % lanes == 0)
+                values.push_back(value_dim / lanes);
     } else if (param.search_values == SearchValues::group_divisors) {
         for (int divisor = 1; divisor <= spec.group_size(); divisor++)
             if (spec.group_size() % divisor == 0)

@@ -159,7 +159,7 @@ InputSet make_inputs(const LayerProblem &problem, uint32_t seed) {
     std::mt19937 rng(seed);
     InputSet inputs;
     const double fan_in = spec.resolved_model_dim();
-    const double concat = double(spec.heads) * spec.resolved_head_dim();
+    const double concat = double(spec.heads) * spec.resolved_value_dim();
     for (const EntryArgument &entry : layer_arguments(spec)) {
         if (entry.kind != EntryArgument::Kind::buffer)
             continue;
@@ -260,6 +260,7 @@ std::vector<double> reference_output(const LayerProblem &lp, const InputSet &inp
     problem.heads = spec.heads;
     problem.kv_heads = spec.resolved_kv_heads();
     problem.head_dim = spec.resolved_head_dim();
+    problem.value_dim = spec.resolved_value_dim();
     problem.model_dim = spec.resolved_model_dim();
     problem.query_len = lp.shape.queries;
     problem.key_len = lp.shape.keys;
@@ -366,8 +367,9 @@ OutputCheck check_output(const LayerProblem &problem, const Halide::Buffer<> &ou
 }
 
 double attention_flops(const AttentionSpec &spec, const ProblemShape &shape) {
-    return 4.0 * shape.batch * spec.heads * double(shape.queries) * shape.keys *
-           spec.resolved_head_dim();
+    // 2 flops per multiply-add of Q·Kᵀ (head_dim) and of P·V (value_dim).
+    return 2.0 * shape.batch * spec.heads * double(shape.queries) * shape.keys *
+           (spec.resolved_head_dim() + spec.resolved_value_dim());
 }
 
 } // namespace attngen::cli

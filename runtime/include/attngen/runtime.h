@@ -82,21 +82,22 @@ MutableTensor strided_mutable_view(void *data, DType dtype, std::initializer_lis
 /**
  * The arguments of one call. Which ones a layer takes follows from its description; giving one
  * it does not take is an error. B = batch, Lq/Lk = query/key lengths, H/Hkv = query/kv heads,
- * D = head_dim, M = model_dim. Weights are stored as nn.Linear stores them: (out, in).
+ * D = head_dim, Dv = value_dim (D unless the layer sets it), M = model_dim. Weights are stored as
+ * nn.Linear stores them: (out, in).
  */
 struct Arguments {
     // Layers without projections: per-head tensors.
     Tensor query; ///< (B, H, Lq, D)
     Tensor key;   ///< (B, Hkv, Lk, D)
-    Tensor value; ///< (B, Hkv, Lk, D)
+    Tensor value; ///< (B, Hkv, Lk, Dv)
     // Layers with kv_dtype = i8: key and value hold round(x / scale) in [-127, 127] per row,
     // with one f32 scale per key and kv head, max |x| / 127 of the row. Must be finite.
     Tensor key_scales, value_scales; ///< (B, Hkv, Lk) f32
     // Layers with projections.
     Tensor x;              ///< (B, Lq, M); keys and values too in self-attention
     Tensor context;        ///< (B, Lk, M); cross-attention only
-    Tensor wq, wk, wv, wo; ///< (H*D, M), (Hkv*D, M), (Hkv*D, M), (M, H*D)
-    Tensor bq, bk, bv, bo; ///< (H*D), (Hkv*D), (Hkv*D), (M); layers with bias only
+    Tensor wq, wk, wv, wo; ///< (H*D, M), (Hkv*D, M), (Hkv*Dv, M), (M, H*Dv)
+    Tensor bq, bk, bv, bo; ///< (H*D), (Hkv*D), (Hkv*Dv), (M); layers with bias only
     // Masks.
     Tensor key_lengths; ///< (B) int32 in [0, Lk]: keys at or past it are masked
     Tensor attn_bias;   ///< (B, H, Lq, Lk), added to the scores; -inf masks
@@ -113,7 +114,7 @@ struct Arguments {
     // cache_lengths[b] + query_lengths[b]) of sequence b's cache, after the attention has run
     // and only when it succeeded; nothing else in the caches is written.
     MutableTensor k_cache, v_cache; ///< in the cache dtype: contiguous (B, Hkv, capacity, D);
-                                    ///< paged (blocks, Hkv, block_size, D)
+                                    ///< paged (blocks, Hkv, block_size, D); V's rows are Dv
     // An i8 cache (cache_dtype = i8): one f32 scale per position and kv head, the caches' shape
     // without D; element (.., d) of a cached row holds round(x / scale) in [-127, 127], scale =
     // max |x| / 127 over the row. Appended to with the rows; the positions read must be finite.
@@ -124,7 +125,7 @@ struct Arguments {
     Tensor cache_lengths; ///< (B) int32 >= 0: tokens already cached per sequence
     Tensor query_lengths; ///< (B) int32 in [0, Lq]: new tokens per sequence (optional: Lq each);
                           ///< output rows at or past a sequence's length are written as zeros
-    // Result: (B, H, Lq, D), or (B, Lq, M) with an output projection.
+    // Result: (B, H, Lq, Dv), or (B, Lq, M) with an output projection.
     MutableTensor out;
     // Layers with `outputs = out, lse`: each row's log-sum-exp, the natural log of its softmax
     // denominator (sum over visible keys of exp(scaled score), plus exp(sink)), -inf for a row
@@ -199,6 +200,7 @@ struct LayerInfo {
     bool lse = false;   ///< also writes `lse` (outputs = out, lse)
     /// The storage of `key` and `value` (kv_dtype); i8 comes with key_scales and value_scales.
     DType kv_dtype = dtype;
+    int value_dim = head_dim; ///< Dv: V's and the output's head size (value_dim)
 };
 
 /** Where a layer variant runs. */
