@@ -320,7 +320,7 @@ inline const attngen::Layer &{name}_layer() {{
 {extras_decl}    static const attngen::Layer layer{{
         {{"{name}", {model_dim}, {heads}, {kv_heads}, {head_dim}, {scale:.17g}, {rt_dtype},
          {has_proj}, {has_out}, {bias}, {cross}, {causal}, {padding}, {window}, {additive},
-         {expressions}, {extras_ptr}, {extra_count}, {rope}, {cache}{sinks}}},
+         {expressions}, {extras_ptr}, {extra_count}, {rope}, {cache}{optional}}},
         {halide}_metadata,
         variants,
         {variant_count}}};
@@ -362,7 +362,8 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("extras_ptr", extras.empty() ? "nullptr" : "extras"),
         fmt::arg("extra_count", spec.tensors.size() + spec.scalars.size()),
         fmt::arg("rope", rope_info(spec)), fmt::arg("cache", cache_info(spec)),
-        fmt::arg("sinks", optional_info(spec)), fmt::arg("feature_comment", feature_comment(spec)));
+        fmt::arg("optional", optional_info(spec)),
+        fmt::arg("feature_comment", feature_comment(spec)));
 }
 
 } // namespace attngen
