@@ -175,7 +175,27 @@ template <typename Fail> void check_keys_and_values(const AttentionSpec &spec, c
                          "in dtype and the cache's storage is cache_dtype");
 }
 
+/**
+ * A packed layer runs once per sequence on views of its tokens: what needs a padded batch (an
+ * additive bias, key lengths, i8 keys' scales) has no meaning there.
+ */
+template <typename Fail> void check_packed(const AttentionSpec &spec, const Fail &fail) {
+    if (!spec.packed)
+        return;
+    if (spec.mask.additive)
+        fail("mask", "additive does not combine with layout = packed: attn_bias is (B, H, Lq, "
+                     "Lk); use a score_mod or a mask predicate of q and k");
+    if (spec.mask.key_padding)
+        fail("mask", "padding does not combine with layout = packed: key_offsets already give "
+                     "each sequence its keys");
+    if (spec.resolved_kv_dtype() == DType::i8)
+        fail("kv_dtype", "i8 does not combine with layout = packed yet: key_scales and "
+                         "value_scales have no packed form");
+    // The expressions' b and the declared tensors' batch-sized dimensions: check_layer_expressions.
+}
+
 template <typename Fail> void check_cache(const AttentionSpec &spec, const Fail &fail) {
+    check_packed(spec, fail);
     const CacheSpec &cache = spec.cache;
     if (!cache.any()) {
         if (cache.dtype)
@@ -483,6 +503,17 @@ const char *outputs_text(bool lse_output) {
     return lse_output ? "out, lse" : "out";
 }
 
+std::optional<bool> parse_layout(const std::string &text) {
+    const std::string name = trim(text);
+    if (name == "batched" || name == "packed")
+        return name == "packed";
+    return std::nullopt;
+}
+
+const char *layout_text(bool packed) {
+    return packed ? "packed" : "batched";
+}
+
 std::string to_string(const Projections &proj) {
     std::string text;
     auto add = [&](bool present, const char *name) {
@@ -580,7 +611,7 @@ void check_known_fields(const std::map<std::string, std::string> &params,
         "name",       "model_dim",   "heads",        "kv_heads", "head_dim",    "scale",
         "dtype",      "projections", "bias",         "cross",    "mask",        "rope",
         "rope_theta", "rotary_dim",  "rope_scaling", "cache",    "cache_dtype", "sinks",
-        "outputs",    "kv_dtype",    "value_dim"};
+        "outputs",    "kv_dtype",    "value_dim",    "layout"};
     for (const auto &entry : params) {
         bool is_known = false;
         for (const char *key : known)
@@ -679,6 +710,12 @@ void read_rope_and_cache(const ParamReader &reader, AttentionSpec &spec) {
         else
             reader.bad("rope_scaling", "none, linear(F) or llama3(F, LOW, HIGH, ORIGINAL)", *text);
     }
+    if (auto text = reader.get("layout")) {
+        if (std::optional<bool> packed = parse_layout(*text))
+            spec.packed = *packed;
+        else
+            reader.bad("layout", "batched or packed", *text);
+    }
     if (auto text = reader.get("cache"); text && !parse_cache(*text, spec.cache))
         reader.bad("cache", "none, contiguous or paged(N)", *text);
     if (auto text = reader.get("cache_dtype"); text && *text != "default") {
@@ -730,7 +767,8 @@ std::map<std::string, std::string> spec_to_params(const AttentionSpec &spec) {
             {"cache", cache_text(spec.cache)},
             {"cache_dtype", spec.cache.dtype ? to_string(*spec.cache.dtype) : "default"},
             {"sinks", spec.sinks ? "true" : "false"},
-            {"outputs", outputs_text(spec.lse_output)}};
+            {"outputs", outputs_text(spec.lse_output)},
+            {"layout", layout_text(spec.packed)}};
 }
 
 } // namespace attngen

@@ -116,6 +116,14 @@ struct AttentionSpec {
     MaskSpec mask;
     RopeSpec rope;
     CacheSpec cache;
+    /**
+     * `layout = packed`: the sequences of a call lie end to end in one tensor (FlashAttention's
+     * varlen form), query (total, H, D) or x (total, model_dim), with query_offsets and
+     * key_offsets (B + 1) int32 saying where each begins; masks apply within each sequence. The
+     * runtime runs the generated pipeline once per sequence on views of its tokens (docs/api.md,
+     * "Packed batches"), so no work crosses sequences. `batched` (false): (B, H, L, D).
+     */
+    bool packed = false;
 
     /**
      * Applied to each scaled score (after an additive mask's bias, before the other masks):
@@ -160,6 +168,10 @@ std::optional<DType> parse_dtype(const std::string &text);
 /** "none" or a comma-separated subset of q,k,v,out (spaces allowed). */
 std::optional<Projections> parse_projections(const std::string &text, bool bias);
 std::string to_string(const Projections &projections);
+
+/** The `layout` field: "batched" or "packed"; nullopt for anything else (packed: true). */
+std::optional<bool> parse_layout(const std::string &text);
+const char *layout_text(bool packed);
 
 /** The `outputs` field: "out" or "out,lse" (spaces allowed); nullopt for anything else. */
 std::optional<bool> parse_outputs(const std::string &text);

@@ -30,9 +30,10 @@ constexpr size_t max_lets = 1024;
 
 const std::vector<std::string> &field_names() {
     static const std::vector<std::string> names = {
-        "model_dim",    "heads", "kv_heads",    "head_dim",  "dtype",   "projections", "bias",
-        "cross",        "mask",  "scale",       "score_mod", "rope",    "rope_theta",  "rotary_dim",
-        "rope_scaling", "cache", "cache_dtype", "sinks",     "outputs", "kv_dtype",    "value_dim"};
+        "model_dim",  "heads",      "kv_heads",     "head_dim", "dtype",       "projections",
+        "bias",       "cross",      "mask",         "scale",    "score_mod",   "rope",
+        "rope_theta", "rotary_dim", "rope_scaling", "cache",    "cache_dtype", "sinks",
+        "outputs",    "kv_dtype",   "value_dim",    "layout"};
     return names;
 }
 
@@ -102,10 +103,10 @@ class Parser {
     // cannot go on into it). Not the sizes: scale may read them.
     static bool starts_item(const Token &token) {
         static const char *const starts[] = {
-            "attention",   "tensor",      "scalar",     "let",        "dtype",
-            "projections", "bias",        "cross",      "mask",       "scale",
-            "score_mod",   "rope",        "rope_theta", "rotary_dim", "rope_scaling",
-            "cache",       "cache_dtype", "sinks",      "outputs",    "kv_dtype"};
+            "attention",  "tensor",     "scalar",       "let",   "dtype",       "projections",
+            "bias",       "cross",      "mask",         "scale", "score_mod",   "rope",
+            "rope_theta", "rotary_dim", "rope_scaling", "cache", "cache_dtype", "sinks",
+            "outputs",    "kv_dtype",   "layout"};
         for (const char *start : starts)
             if (token.is_name(start))
                 return true;
@@ -346,7 +347,7 @@ class Parser {
                 suggestion = "; the fields are model_dim, heads, kv_heads, head_dim, dtype, "
                              "projections, bias, cross, mask, scale, score_mod, rope, "
                              "rope_theta, rotary_dim, rope_scaling, cache, cache_dtype, sinks, "
-                             "outputs, kv_dtype and value_dim";
+                             "outputs, kv_dtype, value_dim and layout";
             error(head.where, "unknown field '" + field + "'" + suggestion);
             return false;
         }
@@ -408,6 +409,8 @@ class Parser {
             return parse_projections_value(spec.projections);
         if (field == "outputs")
             return parse_outputs_value(spec.lse_output);
+        if (field == "layout")
+            return parse_layout_value(spec.packed);
         if (field == "mask")
             return parse_mask_value(layer);
         if (field == "rope")
@@ -630,6 +633,26 @@ class Parser {
             take();
             continue_on_next_line();
         }
+    }
+
+    // batched | packed
+    bool parse_layout_value(bool &packed) {
+        const Token token = peek();
+        if (token.kind != Token::Kind::name) {
+            expected("batched or packed for 'layout'", token);
+            return false;
+        }
+        take();
+        const std::string text(token.text);
+        std::optional<bool> value = parse_layout(text);
+        if (!value) {
+            error(token.where, "unknown layout '" + text + "'" +
+                                   did_you_mean(text, {"batched", "packed"}) +
+                                   "; expected batched or packed");
+            return false;
+        }
+        packed = *value;
+        return true;
     }
 
     // 'out', optionally followed by ', lse'.

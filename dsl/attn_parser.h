@@ -13,6 +13,7 @@
 //             kv_dtype = f32 | f16 | bf16 | i8;
 //             projections = none | q, k, v, out (a comma list);
 //             bias, cross, sinks = true | false;  outputs = out | out, lse;
+//             layout = batched | packed;
 //             mask = none | term { '+' term },
 //               term := causal | padding | window '(' INTEGER ')' | additive | '(' expr ')';
 //             scale = a constant expr over numbers, head_dim, model_dim, heads, kv_heads;

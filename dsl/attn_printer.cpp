@@ -78,6 +78,8 @@ std::string to_attn(const AttentionSpec &spec) {
         line("sinks = true");
     if (spec.lse_output)
         line("outputs = out, lse");
+    if (spec.packed)
+        line("layout = packed");
     for (const RuntimeTensor &tensor : spec.tensors)
         line("tensor " + tensor.name + "[" + dims_text(tensor) + "]" +
              (tensor.is_int32 ? ": i32" : ""));

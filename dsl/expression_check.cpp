@@ -647,9 +647,53 @@ ExprType check_expression(const ModExpr &expr, const ExprContext &context,
     return type;
 }
 
+/** The first node of `expr` that reads the index variable `name`, or null. */
+const ModExpr *find_variable(const ModExpr &expr, const char *name) {
+    if (expr.kind == ModExpr::Kind::variable && expr.name == name)
+        return &expr;
+    for (const ModExprPtr &operand : expr.operands)
+        if (operand)
+            if (const ModExpr *found = find_variable(*operand, name))
+                return found;
+    return nullptr;
+}
+
+/**
+ * A packed layer runs each sequence on its own (layout = packed): its expressions have no batch
+ * index b, and its tensors no batch-, query- or key-sized dimension.
+ */
+void check_packed_expressions(const AttentionSpec &spec, std::vector<LayerExprError> &errors) {
+    if (!spec.packed)
+        return;
+    for (size_t i = 0; i < spec.tensors.size(); ++i)
+        for (const TensorDim &dim : spec.tensors[i].dims)
+            if (dim.symbol == TensorDim::Symbol::batch ||
+                dim.symbol == TensorDim::Symbol::queries || dim.symbol == TensorDim::Symbol::keys) {
+                errors.push_back({"tensor " + spec.tensors[i].name,
+                                  i,
+                                  {},
+                                  "has a " + std::string(symbol_name(dim.symbol)) +
+                                      " dimension, which a packed layer (layout = packed) does "
+                                      "not have: sizes are fixed, heads, kv_heads or head_dim",
+                                  true});
+                break;
+            }
+    auto check = [&](const std::string &field, size_t index, const ModExprPtr &expr) {
+        if (const ModExpr *b = expr ? find_variable(*expr, "b") : nullptr)
+            errors.push_back({field, index, b->where,
+                              "b is not available in a packed layer (layout = packed): each "
+                              "sequence runs on its own",
+                              false});
+    };
+    check("score_mod", 0, spec.score_mod);
+    for (size_t i = 0; i < spec.mask_predicates.size(); ++i)
+        check("mask", i, spec.mask_predicates[i]);
+}
+
 std::vector<LayerExprError> check_layer_expressions(const AttentionSpec &spec) {
     std::vector<LayerExprError> errors;
     check_declarations(spec, errors);
+    check_packed_expressions(spec, errors);
 
     auto check_in = [&](const std::string &field, size_t index, const ModExpr &expr,
                         bool score_allowed) -> std::optional<ExprType> {

@@ -73,6 +73,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
     GeneratorParam<bool> sinks{"with_sinks", false};
     /** "out", or "out,lse" for a layer that also writes its rows' log-sum-exp. */
     GeneratorParam<std::string> outputs{"outputs", "out"};
+    /** "batched", or "packed" for sequences end to end (the runtime runs each on its own). */
+    GeneratorParam<std::string> layout{"layout", "batched"};
     GeneratorParam<std::string> mask{"mask", "none"};
     GeneratorParam<std::string> rope{"rope", "none"};
     GeneratorParam<std::string> rope_theta{"rope_theta", "10000"};
@@ -131,7 +133,8 @@ class AttentionGenerator : public Halide::Generator<AttentionGenerator> {
                       {"cache", cache},
                       {"cache_dtype", cache_dtype},
                       {"sinks", sinks ? "true" : "false"},
-                      {"outputs", outputs}};
+                      {"outputs", outputs},
+                      {"layout", layout}};
         }
         LayerSource source = load_layer(params);
         if (!source.spec)

@@ -4,6 +4,7 @@
 #include "dsl/layer_interface.h"
 
 #include <fmt/format.h>
+#include <iterator>
 
 namespace attngen {
 
@@ -51,17 +52,18 @@ const char *cpp_bool(bool value) {
 }
 
 /**
- * LayerInfo's trailing fields (sinks, lse, kv_dtype, value_dim), each written only up to the last
- * one that differs from its default, so that the headers of layers without them read as before.
+ * LayerInfo's trailing fields (sinks, lse, kv_dtype, value_dim, packed), each written only up to
+ * the last one that differs from its default, so that the headers of layers without them read as
+ * before.
  */
 std::string optional_info(const AttentionSpec &spec) {
     const std::string fields[] = {cpp_bool(spec.sinks), cpp_bool(spec.lse_output),
                                   runtime_dtype(spec.resolved_kv_dtype()),
-                                  std::to_string(spec.resolved_value_dim())};
+                                  std::to_string(spec.resolved_value_dim()), cpp_bool(spec.packed)};
     const bool set[] = {spec.sinks, spec.lse_output, spec.kv_dtype.has_value(),
-                        spec.resolved_value_dim() != spec.resolved_head_dim()};
+                        spec.resolved_value_dim() != spec.resolved_head_dim(), spec.packed};
     size_t count = 0;
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < std::size(set); i++)
         if (set[i])
             count = i + 1;
     std::string text;
@@ -132,52 +134,76 @@ std::string extras_table(const AttentionSpec &spec) {
     return rows;
 }
 
+/** The header's lines on a cached layer's caches, block table and lengths. */
+std::string cache_docs(const AttentionSpec &spec) {
+    std::string docs;
+    auto line = [&](const std::string &text) { docs += " *   " + text + "\n"; };
+    const std::string dv = spec.resolved_value_dim() != spec.resolved_head_dim() ? "Dv" : "D";
+    const bool packed = spec.packed;
+    const std::string dtype = to_string(spec.resolved_cache_dtype());
+    if (spec.cache.kind == CacheSpec::Kind::paged) {
+        line("k_cache, v_cache (blocks, Hkv, " + std::to_string(spec.cache.block_size) + ", D" +
+             (dv == "D" ? "" : " and Dv") + ") " + dtype + ", appended to");
+        line("block_table (B, max_blocks) int32");
+    } else {
+        line(std::string("k_cache, v_cache (B, Hkv, capacity, D") + (dv == "D" ? "" : " and Dv") +
+             ") " + dtype + ", appended to");
+    }
+    if (spec.resolved_cache_dtype() == DType::i8)
+        line(std::string("k_scales, v_scales ") +
+             (spec.cache.kind == CacheSpec::Kind::paged
+                  ? "(blocks, Hkv, " + std::to_string(spec.cache.block_size) + ")"
+                  : "(B, Hkv, capacity)") +
+             " f32: each cached row's scale, appended to");
+    line(packed ? "cache_lengths (B) int32: tokens cached"
+                : "cache_lengths (B) int32: tokens cached; query_lengths (B) int32, optional");
+    return docs;
+}
+
 std::string argument_docs(const AttentionSpec &spec) {
     std::string docs;
     auto line = [&](const std::string &text) { docs += " *   " + text + "\n"; };
     const Projections &proj = spec.projections;
     // V's and the output's head size: Dv where the layer sets value_dim apart from D.
     const std::string dv = spec.resolved_value_dim() != spec.resolved_head_dim() ? "Dv" : "D";
+    // A sequence tensor's shape: rows (B, L, width) and per head (B, heads, L, width), or
+    // packed (T, width) and (T, heads, width), T the tokens of every sequence (Tq or Tk).
+    const bool packed = spec.packed;
+    auto shape = [&](const std::string &heads, char length, const std::string &width) {
+        const std::string middle = heads.empty() ? "" : heads + ", ";
+        return packed ? "(T" + std::string(1, length) + ", " + middle + width + ")"
+                      : "(B, " + middle + "L" + std::string(1, length) + ", " + width + ")";
+    };
     if (proj.any()) {
-        line("x        (B, Lq, model_dim)");
+        line("x        " + shape("", 'q', "model_dim"));
         if (spec.cross_attention)
-            line("context  (B, Lk, model_dim)");
+            line("context  " + shape("", 'k', "model_dim"));
         line("wq (H*D, model_dim), wk (Hkv*D, model_dim), wv (Hkv*" + dv + ", model_dim)");
         if (proj.bias)
             line("bq (H*D), bk (Hkv*D), bv (Hkv*" + dv + ")");
         if (proj.out)
             line("wo (model_dim, H*" + dv + (proj.bias ? "), bo (model_dim)" : ")"));
     } else if (spec.cache.any()) {
-        line("query    (B, H, Lq, D): the new tokens");
-        line("key      (B, Hkv, Lq, D)");
-        line("value    (B, Hkv, Lq, " + dv + ")");
+        line("query    " + shape("H", 'q', "D") + ": the new tokens");
+        line("key      " + shape("Hkv", 'q', "D"));
+        line("value    " + shape("Hkv", 'q', dv));
     } else {
-        line("query    (B, H, Lq, D)");
+        line("query    " + shape("H", 'q', "D"));
         const std::string kv_dtype =
             spec.kv_dtype ? " " + std::string(to_string(*spec.kv_dtype)) : "";
-        line("key      (B, Hkv, Lk, D)" + kv_dtype);
-        line("value    (B, Hkv, Lk, " + dv + ")" + kv_dtype);
+        line("key      " + shape("Hkv", 'k', "D") + kv_dtype);
+        line("value    " + shape("Hkv", 'k', dv) + kv_dtype);
         if (spec.resolved_kv_dtype() == DType::i8)
             line("key_scales, value_scales (B, Hkv, Lk) f32: each key's and value's row scale");
     }
-    if (spec.cache.any()) {
-        const std::string dtype = to_string(spec.resolved_cache_dtype());
-        if (spec.cache.kind == CacheSpec::Kind::paged) {
-            line("k_cache, v_cache (blocks, Hkv, " + std::to_string(spec.cache.block_size) + ", D" +
-                 (dv == "D" ? "" : " and Dv") + ") " + dtype + ", appended to");
-            line("block_table (B, max_blocks) int32");
-        } else {
-            line(std::string("k_cache, v_cache (B, Hkv, capacity, D") +
-                 (dv == "D" ? "" : " and Dv") + ") " + dtype + ", appended to");
-        }
-        if (spec.resolved_cache_dtype() == DType::i8)
-            line(std::string("k_scales, v_scales ") +
-                 (spec.cache.kind == CacheSpec::Kind::paged
-                      ? "(blocks, Hkv, " + std::to_string(spec.cache.block_size) + ")"
-                      : "(B, Hkv, capacity)") +
-                 " f32: each cached row's scale, appended to");
-        line("cache_lengths (B) int32: tokens cached; query_lengths (B) int32, optional");
+    if (packed) {
+        line("query_offsets (B + 1) int32: sequence b's tokens are rows [offsets[b], "
+             "offsets[b + 1])");
+        if (!spec.cache.any() && !(proj.any() && !spec.cross_attention))
+            line("key_offsets (B + 1) int32: the same for the keys (optional: query_offsets)");
     }
+    if (spec.cache.any())
+        docs += cache_docs(spec);
     if (spec.mask.key_padding)
         line("key_lengths (B) int32 in [0, Lk]");
     if (spec.mask.additive)
@@ -199,9 +225,10 @@ std::string argument_docs(const AttentionSpec &spec) {
     for (const RuntimeScalar &scalar : spec.scalars)
         line("scalar " + scalar.name + " " + (scalar.is_int32 ? "i32" : "f32") +
              ", by args.set_scalar(\"" + scalar.name + "\", ...)");
-    line(proj.out ? "out      (B, Lq, model_dim)" : "out      (B, H, Lq, " + dv + ")");
+    line("out      " + (proj.out ? shape("", 'q', "model_dim") : shape("H", 'q', dv)));
     if (spec.lse_output)
-        line("lse      (B, H, Lq) f32: log-sum-exp of each row's scores (-inf: none visible)");
+        line(std::string("lse      ") + (packed ? "(Tq, H)" : "(B, H, Lq)") +
+             " f32: log-sum-exp of each row's scores (-inf: none visible)");
     return docs;
 }
 
@@ -232,10 +259,12 @@ inline int {name}_variant_{index}_argv(void **args) {{
 
 /**
  * The header comment's fields past the mask that only some layers have: sinks, value_dim,
- * kv_dtype, outputs, rope, cache.
+ * kv_dtype, outputs, layout, rope, cache.
  */
 std::string feature_comment(const AttentionSpec &spec) {
     std::string text = spec.sinks ? " sinks=true" : "";
+    if (spec.packed)
+        text += " layout=packed";
     if (spec.value_dim > 0)
         text += " value_dim=" + std::to_string(spec.resolved_value_dim());
     if (spec.kv_dtype)

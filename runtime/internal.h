@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 struct halide_buffer_t;
 
@@ -80,8 +81,39 @@ inline int32_t int_element(const Tensor &tensor, int64_t i, int64_t j = 0) {
     return values[i * tensor.strides[0] + (tensor.rank > 1 ? j * tensor.strides[1] : 0)];
 }
 
-/** validate(), also giving the call's sizes. */
+/** validate(), also giving the call's sizes: a batched layer's checks (a packed layer's per
+ * sequence, on the views run_packed makes). */
 Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape);
+
+/** Runs a batched layer's generated code on arguments validate_call accepted (run.cpp). */
+Status call_layer(const Layer &layer, const Arguments &args, const CallShape &shape);
+
+/**
+ * A packed layer's run() or, with `validate_only`, validate(): the offsets and the whole tensors
+ * checked, then each sequence's views checked by validate_call, then each run by call_layer
+ * (packed.cpp).
+ */
+Status run_packed(const Layer &layer, const Arguments &args, bool validate_only);
+
+/** One dimension of a tensor check_whole checks: its meaning and size, -1 for any size. */
+struct WholeDim {
+    const char *meaning;
+    int64_t size;
+};
+
+/**
+ * A tensor of a packed call as the caller gave it, before run_packed cuts it per sequence:
+ * non-null, rank and dtype, sizes (where not -1), strides, and distinct elements when written.
+ */
+Status check_whole(const char *name, const Layout &layout, const void *data, DType dtype,
+                   const std::vector<WholeDim> &dims, const LayerInfo &info, bool is_output);
+
+/**
+ * A cached layer's lengths, block table and rope tables across the batch (validate.cpp), with
+ * the new tokens of sequence b given by `query_lengths`: every sequence fits, and no block is
+ * written by two sequences. Sets shape.key_count.
+ */
+Status check_cache(const LayerInfo &info, const Arguments &args, CallShape &shape);
 
 /** Installs the Halide hooks (error routing, scratch allocator) once. */
 void install_halide_hooks();

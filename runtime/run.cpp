@@ -257,11 +257,19 @@ void install_error_routing() {
 } // namespace internal
 
 Status run(const Layer &layer, const Arguments &args) {
+    if (layer.info.packed)
+        return internal::run_packed(layer, args, false);
     internal::CallShape shape;
-    Status status = internal::validate_call(layer, args, shape);
-    if (!status)
+    if (Status status = internal::validate_call(layer, args, shape); !status)
         return status;
-    internal::install_halide_hooks();
+    return internal::call_layer(layer, args, shape);
+}
+
+namespace internal {
+
+Status call_layer(const Layer &layer, const Arguments &args, const CallShape &shape) {
+    Status status;
+    install_halide_hooks();
     std::unique_ptr<CacheCall> cache;
     if (layer.info.cache.kind != CacheKind::none)
         cache = std::make_unique<CacheCall>(layer.info, args, shape);
@@ -375,5 +383,7 @@ Status run(const Layer &layer, const Arguments &args) {
     return Status::error("attngen: layer '" + std::string(layer.info.name) +
                          "' failed in generated code: " + message);
 }
+
+} // namespace internal
 
 } // namespace attngen

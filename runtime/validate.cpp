@@ -183,6 +183,15 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
         rule("cache_lengths", args.cache_lengths, cached, no_cache, DType::i32, {batch}),
         query_lengths,
         lse,
+        // A packed layer's call is cut per sequence before these rules see it (run_packed).
+        rule("query_offsets", args.query_offsets, false,
+             info.packed ? "takes them as a whole call, not per sequence"
+                         : "is not packed (layout = packed): its sequences are (B, ..., L, ...)",
+             DType::i32, {batch}),
+        rule("key_offsets", args.key_offsets, false,
+             info.packed ? "takes them as a whole call, not per sequence"
+                         : "is not packed (layout = packed): its sequences are (B, ..., L, ...)",
+             DType::i32, {batch}),
     };
     return rules;
 }
@@ -342,7 +351,7 @@ Status check_scales(const LayerInfo &info, const Arguments &args, int64_t batch)
  * fit their caches, the blocks they use exist, no block is written by two sequences, and the
  * rope tables cover the positions. Sets shape.key_count.
  */
-Status check_cache(const LayerInfo &info, const Arguments &args, internal::CallShape &shape) {
+Status check_batch_cache(const LayerInfo &info, const Arguments &args, internal::CallShape &shape) {
     for (const auto &[name, cache] :
          {std::make_pair("k_cache", &args.k_cache), std::make_pair("v_cache", &args.v_cache),
           std::make_pair("k_scales", &args.k_scales), std::make_pair("v_scales", &args.v_scales)})
@@ -645,7 +654,7 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
         }
     }
     if (cached)
-        if (Status cache = check_cache(info, args, shape); !cache)
+        if (Status cache = check_batch_cache(info, args, shape); !cache)
             return cache;
     // i8 keys' and values' scales are read in whole: each must be finite (on the host; device
     // scales are not read back, and a non-finite one makes its key's rows NaN).
@@ -674,6 +683,25 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
     return Status();
 }
 
+Status check_cache(const LayerInfo &info, const Arguments &args, CallShape &shape) {
+    return check_batch_cache(info, args, shape);
+}
+
+Status check_whole(const char *name, const Layout &layout, const void *data, DType dtype,
+                   const std::vector<WholeDim> &dims, const LayerInfo &info, bool is_output) {
+    DimList list;
+    for (const WholeDim &dim : dims)
+        list.items[list.count++] = {dim.meaning, Symbol::none, dim.size};
+    if (Status status = check_layout(name, layout, data, dtype, list, info, is_output); !status)
+        return status;
+    for (size_t i = 0; i < list.size(); i++)
+        if (list[i].fixed >= 0 && layout.shape[i] != list[i].fixed)
+            return Status::error("attngen: " + quoted(name) + " has " + list[i].meaning + " " +
+                                 std::to_string(layout.shape[i]) + " but layer '" + info.name +
+                                 "' was generated for " + std::to_string(list[i].fixed));
+    return Status();
+}
+
 } // namespace internal
 
 void set_finite_check(bool enabled) {
@@ -685,6 +713,8 @@ bool finite_check() {
 }
 
 Status validate(const Layer &layer, const Arguments &args) {
+    if (layer.info.packed)
+        return internal::run_packed(layer, args, true);
     internal::CallShape shape;
     return internal::validate_call(layer, args, shape);
 }

@@ -385,12 +385,73 @@ attngen::Arguments CachedBatch::arguments(Step &call) {
     return args;
 }
 
+namespace {
+
+/**
+ * Runs a step's call on a packed layer (layout = packed): the new tokens end to end with
+ * query_offsets in place of query_lengths, then the packed output and lse written back into the
+ * step's batched buffers (rows past a sequence's new tokens 0, lse -inf), as a batched layer
+ * writes them, for the same checks.
+ */
+attngen::Status run_packed_step(const attngen::Layer &layer, attngen::Arguments args,
+                                CachedBatch::Step &call) {
+    const attngen::LayerInfo &info = layer.info;
+    const std::vector<int> lengths(call.query_lengths.begin(), call.query_lengths.end());
+    const std::vector<int32_t> offsets = offsets_of(lengths);
+    const int64_t batch = static_cast<int64_t>(lengths.size()), total = offsets.back();
+    std::vector<PackedRows> packed;
+    for (attngen::Tensor *tensor : {&args.query, &args.key, &args.value, &args.x})
+        if (tensor->given()) {
+            packed.push_back(pack_rows(*tensor, lengths));
+            *tensor = packed.back().view;
+        }
+    args.query_lengths = attngen::Tensor();
+    args.query_offsets = attngen::view(offsets.data(), {batch + 1});
+    const int64_t width = info.out_projection ? info.model_dim : info.value_dim;
+    const int64_t heads = info.out_projection ? 1 : info.heads;
+    OutputBuffer out(info.dtype, static_cast<size_t>(total * heads * width));
+    args.out = info.out_projection
+                   ? attngen::mutable_view(out.data(), info.dtype, {total, width})
+                   : attngen::mutable_view(out.data(), info.dtype, {total, heads, width});
+    std::vector<float> lse(static_cast<size_t>(total * info.heads));
+    if (info.lse)
+        args.lse = attngen::mutable_view(lse.data(), {total, info.heads});
+    const attngen::Status status = attngen::run(layer, args);
+    const size_t element = attngen::dtype_size(info.dtype);
+    auto *to = static_cast<uint8_t *>(call.out.data());
+    const auto *from = static_cast<const uint8_t *>(out.data());
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < call.query_len; t++)
+            for (int64_t h = 0; h < heads; h++) {
+                const bool fresh = t < lengths[static_cast<size_t>(b)];
+                const int64_t row = offsets[static_cast<size_t>(b)] + t;
+                const int64_t at = info.out_projection
+                                       ? (b * call.query_len + t) * width
+                                       : ((b * heads + h) * call.query_len + t) * width;
+                if (fresh)
+                    std::memcpy(to + at * element, from + (row * heads + h) * width * element,
+                                static_cast<size_t>(width) * element);
+                else
+                    std::memset(to + at * element, 0, static_cast<size_t>(width) * element);
+                if (!info.lse)
+                    continue;
+                for (int64_t q_head = 0; q_head < info.heads && h == 0; q_head++)
+                    call.lse[static_cast<size_t>((b * info.heads + q_head) * call.query_len + t)] =
+                        fresh ? lse[static_cast<size_t>(row * info.heads + q_head)]
+                              : -std::numeric_limits<float>::infinity();
+            }
+    return status;
+}
+
+} // namespace
+
 std::vector<std::vector<float>> CachedBatch::step(const std::vector<int> &query_lengths,
                                                   int query_len) {
     Step call = prepare(query_lengths, query_len);
     INFO("step: " << describe(call));
     const OutputBuffer k_before = k_cache, v_before = v_cache;
-    const attngen::Status status = attngen::run(layer, arguments(call));
+    const attngen::Status status = info_.packed ? run_packed_step(layer, arguments(call), call)
+                                                : attngen::run(layer, arguments(call));
     INFO(status.message());
     REQUIRE(status.ok());
     std::vector<std::vector<float>> new_rows = check_output(call);

@@ -749,6 +749,20 @@ TEST_CASE("KV cache fields parse and print back") {
     check_round_trip(contiguous);
 }
 
+TEST_CASE("layout parses and prints back") {
+    AttentionSpec packed = one_layer("attention varlen {\n"
+                                     "    heads = 4; head_dim = 32; mask = causal\n"
+                                     "    layout = packed\n"
+                                     "}\n");
+    CHECK(packed.packed);
+    check_round_trip(packed);
+    CHECK(to_attn(packed).find("    layout = packed\n") != std::string::npos);
+    AttentionSpec plain =
+        one_layer("attention plain { heads = 4; head_dim = 32; layout = batched }");
+    CHECK_FALSE(plain.packed);
+    CHECK(to_attn(plain).find("layout") == std::string::npos);
+}
+
 TEST_CASE("value_dim parses and prints back") {
     AttentionSpec deepseek = one_layer("attention mla {\n"
                                        "    model_dim = 512; heads = 4; head_dim = 192\n"

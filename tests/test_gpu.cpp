@@ -7,6 +7,7 @@
 // device of the API the GPU cases say so and skip, unless ATTNGEN_REQUIRE_GPU=1 (CI sets it).
 #include "cached_batch.h"
 #include "device_buffer.h"
+#include "packed_problem.h"
 #include "test_support.h"
 
 #include "c_d16_cuda_fallback.h"
@@ -32,6 +33,8 @@
 #include "g_d64_gqa_decode.h"
 #include "g_mha_rope.h"
 #include "g_mha_self.h"
+#include "g_packed.h"
+#include "g_packed_cache.h"
 #include "t_d16_plain.h"
 #if ATTNGEN_TEST_CUDA
 #include "g_d64_f16_causal.h"
@@ -210,6 +213,22 @@ TEST_CASE("GPU schedule: V's head size apart from K's (value_dim 16, head_dim 32
 
 TEST_CASE("GPU split-KV decode form: value_dim 32 over head_dim 16, causal and padding") {
     check_on_gpu(g_d16_v32_decode_layer(), 550);
+}
+
+TEST_CASE("GPU schedule: packed sequences with their own key offsets, causal, rope and lse") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_packed(g_packed_layer(), {37, 1, 0, 70, 5, 9}, {37, 40, 3, 130, 2, 0}, 8201);
+    CHECK(attngen::last_device() == test_api);
+}
+
+TEST_CASE("GPU schedule: a paged cache stepped with packed new tokens") {
+    if (!gpu_present())
+        return;
+    RequireGpu gpu;
+    check_steps_against_reference(g_packed_cache_layer(), 8202);
+    CHECK(attngen::last_device() == test_api);
 }
 
 TEST_CASE("GPU schedule: rotary embeddings from the caller's tables") {

@@ -434,3 +434,35 @@ TEST_CASE("outputs: out or out, lse, round-tripping") {
               std::string("outputs: expected 'out' or 'out, lse', got '") + bad + "'");
     }
 }
+
+TEST_CASE("layout = packed: round-trips, and refuses what needs a padded batch or the batch "
+          "index") {
+    std::vector<attngen::SpecError> errors;
+    AttentionSpec parsed = attngen::spec_from_params(
+        {{"heads", "4"}, {"head_dim", "32"}, {"layout", "packed"}}, errors);
+    REQUIRE(errors.empty());
+    CHECK(parsed.packed);
+    CHECK(problems(parsed).empty());
+    CHECK(attngen::spec_to_params(parsed).at("layout") == "packed");
+    CHECK(attngen::spec_to_params(sdpa(4, 64)).at("layout") == "batched");
+    std::vector<attngen::SpecError> bad;
+    attngen::spec_from_params({{"heads", "4"}, {"head_dim", "32"}, {"layout", "ragged"}}, bad);
+    REQUIRE(bad.size() == 1);
+    CHECK(bad[0].message == "expected batched or packed, got 'ragged'");
+
+    AttentionSpec padded = sdpa(4, 32);
+    padded.packed = true;
+    padded.mask.key_padding = true;
+    CHECK(problems(padded) == "mask: padding does not combine with layout = packed: key_offsets "
+                              "already give each sequence its keys");
+    AttentionSpec biased = sdpa(4, 32);
+    biased.packed = true;
+    biased.mask.additive = true;
+    CHECK(problems(biased).find("additive does not combine with layout = packed") !=
+          std::string::npos);
+    AttentionSpec quantized = sdpa(4, 32);
+    quantized.packed = true;
+    quantized.kv_dtype = attngen::DType::i8;
+    CHECK(problems(quantized).find("kv_dtype: i8 does not combine with layout = packed") !=
+          std::string::npos);
+}

@@ -253,6 +253,40 @@ size_t Problem::out_elements() const {
     return count(out_shape());
 }
 
+PackedRows pack_rows(const attngen::Tensor &batched, const std::vector<int> &lengths) {
+    PackedRows packed;
+    const size_t element = attngen::dtype_size(batched.dtype);
+    const bool per_head = batched.rank == 4;
+    const int64_t heads = per_head ? batched.shape[1] : 1;
+    const int64_t width = batched.shape[batched.rank - 1];
+    const int64_t row_stride = batched.strides[per_head ? 2 : 1];
+    int64_t total = 0;
+    for (int length : lengths)
+        total += length;
+    packed.bytes.resize(static_cast<size_t>(total * heads * width) * element);
+    uint8_t *to = packed.bytes.data();
+    for (size_t b = 0; b < lengths.size(); b++)
+        for (int64_t t = 0; t < lengths[b]; t++)
+            for (int64_t h = 0; h < heads; h++) {
+                const int64_t from = static_cast<int64_t>(b) * batched.strides[0] +
+                                     (per_head ? h * batched.strides[1] : 0) + t * row_stride;
+                const size_t bytes = static_cast<size_t>(width) * element;
+                std::memcpy(to, static_cast<const uint8_t *>(batched.data) + from * element, bytes);
+                to += bytes;
+            }
+    packed.view = per_head
+                      ? attngen::view(packed.bytes.data(), batched.dtype, {total, heads, width})
+                      : attngen::view(packed.bytes.data(), batched.dtype, {total, width});
+    return packed;
+}
+
+std::vector<int32_t> offsets_of(const std::vector<int> &lengths) {
+    std::vector<int32_t> offsets = {0};
+    for (int length : lengths)
+        offsets.push_back(offsets.back() + length);
+    return offsets;
+}
+
 ReferenceProblem Problem::reference() const {
     ReferenceProblem p;
     p.batch = batch;

@@ -109,6 +109,20 @@ void check_refused(const attngen::Layer &layer, const attngen::Arguments &args,
  */
 double i8_error_bound(int head_dim, double scale);
 
+/**
+ * A batched sequence tensor's first lengths[b] rows of each batch entry, end to end, as a packed
+ * layer takes them: (B, heads, L, W) becomes (T, heads, W) and (B, L, W) becomes (T, W), in the
+ * tensor's dtype. `view` reads `bytes`.
+ */
+struct PackedRows {
+    std::vector<uint8_t> bytes;
+    attngen::Tensor view;
+};
+PackedRows pack_rows(const attngen::Tensor &batched, const std::vector<int> &lengths);
+
+/** (B + 1) cumulative offsets of `lengths`, from 0. */
+std::vector<int32_t> offsets_of(const std::vector<int> &lengths);
+
 /** "B=2 Lq=17 Lk=33 seed=123" for messages. */
 std::string describe(const Problem &problem, uint32_t seed);
 

@@ -32,7 +32,7 @@ int command_check(int argc, char **argv) {
                parsed.layers.size() == 1 ? "" : "s");
     for (const AttentionSpec &layer : parsed.layers)
         fmt::print("  {}: heads={} kv_heads={} head_dim={}{} model_dim={} dtype={}{} "
-                   "projections={} mask={}{}{}{}{}{}\n",
+                   "projections={} mask={}{}{}{}{}{}{}\n",
                    layer.name, layer.heads, layer.resolved_kv_heads(), layer.resolved_head_dim(),
                    layer.value_dim > 0 ? fmt::format(" value_dim={}", layer.value_dim) : "",
                    layer.resolved_model_dim(), to_string(layer.dtype),
@@ -43,7 +43,7 @@ int command_check(int argc, char **argv) {
                                            " cache_dtype=" + to_string(layer.resolved_cache_dtype())
                                      : "",
                    layer.sinks ? " sinks=true" : "", layer.lse_output ? " outputs=out,lse" : "",
-                   layer.score_mod ? " score_mod" : "");
+                   layer.packed ? " layout=packed" : "", layer.score_mod ? " score_mod" : "");
     return exit_ok;
 }
 

@@ -145,6 +145,9 @@ int command_run(int argc, char **argv) {
     fmt::print("layer {} ({}), B={} Lq={} Lk={}, target {}, seed {}\n", spec.name,
                args.positional[0], shape.batch, shape.queries, shape.keys, target.to_string(),
                *seed_value);
+    if (spec.packed) // the runtime runs a packed call's sequences through this same pipeline
+        fmt::print("layout = packed: B sequences of Lq queries and Lk keys each, the pipeline the "
+                   "runtime runs once per sequence\n");
     fmt::print("generated in {:.0f} ms; median of {} runs: {:.3f} ms ({:.1f} GFLOP/s of "
                "attention, 2*B*H*Lq*Lk*(D+Dv))\n",
                compile_ms, times.size(), median_ms, flops / median_ms * 1e-6);

@@ -125,6 +125,15 @@ struct Arguments {
     Tensor cache_lengths; ///< (B) int32 >= 0: tokens already cached per sequence
     Tensor query_lengths; ///< (B) int32 in [0, Lq]: new tokens per sequence (optional: Lq each);
                           ///< output rows at or past a sequence's length are written as zeros
+    // Packed layers (layout = packed; docs/api.md, "Packed batches"): the sequences lie end to end,
+    // query (Tq, H, D), key (Tk, Hkv, D), value (Tk, Hkv, Dv), x (Tq, M), context (Tk, M), out
+    // (Tq, H, Dv) or (Tq, M), lse (Tq, H); sequence b's queries are rows [query_offsets[b],
+    // query_offsets[b + 1]) and its keys rows [key_offsets[b], key_offsets[b + 1]). Offsets start
+    // at 0, never decrease and end at the tensor's rows. key_offsets defaults to query_offsets and
+    // is not taken where the keys are x's rows or a cache's. Masks, rope positions and the
+    // expressions' q and k are each sequence's own; with a cache, query_offsets says how many new
+    // tokens each sequence brings (in place of query_lengths). Host memory only.
+    Tensor query_offsets, key_offsets; ///< (B + 1) int32
     // Result: (B, H, Lq, Dv), or (B, Lq, M) with an output projection.
     MutableTensor out;
     // Layers with `outputs = out, lse`: each row's log-sum-exp, the natural log of its softmax
@@ -201,6 +210,8 @@ struct LayerInfo {
     /// The storage of `key` and `value` (kv_dtype); i8 comes with key_scales and value_scales.
     DType kv_dtype = dtype;
     int value_dim = head_dim; ///< Dv: V's and the output's head size (value_dim)
+    /// layout = packed: the sequences lie end to end in the sequence tensors (Arguments).
+    bool packed = false;
 };
 
 /** Where a layer variant runs. */
