@@ -13,6 +13,8 @@
 #include "bench_cache_paged_i8.h"
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
+#include "bench_d128_causal_packed.h"
+#include "bench_d128_causal_padded.h"
 #include "bench_d128_causal_reference.h"
 #include "bench_d128_causal_rope.h"
 #include "bench_d128_reference.h"
@@ -107,6 +109,7 @@ struct Options {
     bool memory = true;
     bool mha = true;
     bool rope = true;
+    bool packed = true;
     bool max_len_given = false; ///< --max-len caps the cached decode rows too
     bool prefill = true;
     bool cache = true;
@@ -118,7 +121,7 @@ struct Options {
 void print_usage() {
     fmt::print("usage: bench_attention [--threads N] [--max-len L] [--ref-max-len L] [--runs N]\n"
                "                       [--min-ms N] [--no-prefill] [--no-decode] [--no-cache]\n"
-               "                       [--no-mha] [--no-rope] [--no-memory]\n"
+               "                       [--no-mha] [--no-rope] [--no-packed] [--no-memory]\n"
                "                       [--peers DIR] [--no-peers] [--cpu-variant V] [--help]\n"
                "  --threads N  worker threads of attngen, OpenBLAS and oneDNN (default 2)\n"
                "  --max-len L  skip sequence lengths above L (default {}, all of them), and cap\n"
@@ -136,6 +139,7 @@ void print_usage() {
                "  --no-cache   skip the cached decode table (KV caches, contiguous and paged)\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-rope    skip the rotary-embedding table (D=128 causal, with and without)\n"
+               "  --no-packed  skip the packed-sequences table (D=128 causal, against padding)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n"
                "  --peers DIR  where bench/peers/setup.sh put the fused peers, PyTorch and ggml\n"
                "               (default {}); a peer that is absent gets \"-\" columns\n"
@@ -173,10 +177,12 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
         }
         if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha" ||
             option == "--no-rope" || option == "--no-prefill" || option == "--no-cache" ||
+            option == "--no-packed" ||
             option == "--no-peers") {
             (option == "--no-decode"    ? options.decode
              : option == "--no-memory"  ? options.memory
              : option == "--no-rope"    ? options.rope
+             : option == "--no-packed"  ? options.packed
              : option == "--no-prefill" ? options.prefill
              : option == "--no-cache"   ? options.cache
              : option == "--no-peers"   ? options.fused_peers
@@ -923,6 +929,98 @@ RopeResult measure_rope(const attngen::Layer &plain, const attngen::Layer &rope,
     return row;
 }
 
+// Packed sequences (bench_d128_causal_packed) against a padded batch of the same sequences
+// (bench_d128_causal_padded: causal + key padding, each sequence right-padded to the longest).
+constexpr int64_t packed_longest[] = {1024, 2048, 4096};
+constexpr int packed_sequences = 8;
+
+/** One row of the packed table; the times are NaN when a layer failed. */
+struct PackedResult {
+    std::vector<int> lengths;
+    double packed_ms = std::numeric_limits<double>::quiet_NaN();
+    double padded_ms = std::numeric_limits<double>::quiet_NaN();
+    double ratio = std::numeric_limits<double>::quiet_NaN(); ///< median of padded / packed ms
+    const char *check = "ok";
+};
+
+/**
+ * Times one packed call of `packed_sequences` causal sequences (lengths drawn from the seed in
+ * [longest / 16, longest], one of them the longest) against one batched call over the same
+ * sequences padded to the longest, alternating; the packed rows are checked against the padded
+ * call's.
+ */
+PackedResult measure_packed(const attngen::Layer &packed, const attngen::Layer &padded,
+                            int64_t longest, const Rounds &rounds) {
+    const attngen::LayerInfo &info = packed.info;
+    const int64_t heads = info.heads, dim = info.head_dim, count = packed_sequences;
+    std::mt19937 rng(seed + static_cast<unsigned>(longest));
+    std::uniform_int_distribution<int> draw(static_cast<int>(longest / 16),
+                                            static_cast<int>(longest));
+    PackedResult row;
+    row.lengths.push_back(static_cast<int>(longest));
+    while (static_cast<int64_t>(row.lengths.size()) < count)
+        row.lengths.push_back(draw(rng));
+    std::vector<int32_t> offsets = {0}, key_lengths;
+    for (int length : row.lengths) {
+        offsets.push_back(offsets.back() + length);
+        key_lengths.push_back(length);
+    }
+    const int64_t total = offsets.back();
+    // The padded batch holds sequence b in rows [0, length) of entry b; the packed tensors are
+    // those rows end to end.
+    const std::vector<float> query = random_tensor(rng, count * heads * longest * dim);
+    const std::vector<float> key = random_tensor(rng, count * heads * longest * dim);
+    const std::vector<float> value = random_tensor(rng, count * heads * longest * dim);
+    auto pack = [&](const std::vector<float> &batched) {
+        std::vector<float> rows;
+        for (int64_t b = 0; b < count; b++)
+            for (int64_t t = 0; t < row.lengths[static_cast<size_t>(b)]; t++)
+                for (int64_t h = 0; h < heads; h++) {
+                    const auto first = batched.begin() + ((b * heads + h) * longest + t) * dim;
+                    rows.insert(rows.end(), first, first + dim);
+                }
+        return rows;
+    };
+    const std::vector<float> packed_query = pack(query), packed_key = pack(key),
+                             packed_value = pack(value);
+    std::vector<float> packed_out(static_cast<size_t>(total * heads * dim));
+    std::vector<float> padded_out(static_cast<size_t>(count * heads * longest * dim));
+    attngen::Arguments packed_args, padded_args;
+    packed_args.query = attngen::view(packed_query.data(), {total, heads, dim});
+    packed_args.key = attngen::view(packed_key.data(), {total, heads, dim});
+    packed_args.value = attngen::view(packed_value.data(), {total, heads, dim});
+    packed_args.query_offsets = attngen::view(offsets.data(), {count + 1});
+    packed_args.out = attngen::mutable_view(packed_out.data(), {total, heads, dim});
+    padded_args.query = attngen::view(query.data(), {count, heads, longest, dim});
+    padded_args.key = attngen::view(key.data(), {count, heads, longest, dim});
+    padded_args.value = attngen::view(value.data(), {count, heads, longest, dim});
+    padded_args.key_lengths = attngen::view(key_lengths.data(), {count});
+    padded_args.out = attngen::mutable_view(padded_out.data(), {count, heads, longest, dim});
+    for (const auto &[layer, args] : {std::make_pair(&packed, &packed_args),
+                                      std::make_pair(&padded, &padded_args)})
+        if (attngen::Status status = attngen::run(*layer, *args); !status) {
+            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", layer->info.name, longest,
+                       status.message());
+            row.check = "ERROR";
+            return row;
+        }
+    // The padded call's rows of each sequence, packed, are what the packed call computes.
+    if (!agrees(fmt::format("{} at L={}: max|packed - padded|", info.name, longest), packed_out,
+                pack(padded_out)))
+        row.check = "MISMATCH";
+    std::vector<double> packed_times, padded_times, ratios;
+    run_rounds(rounds, [&] {
+        packed_times.push_back(elapsed_ms([&] { attngen::run(packed, packed_args); }));
+        padded_times.push_back(elapsed_ms([&] { attngen::run(padded, padded_args); }));
+        ratios.push_back(padded_times.back() / packed_times.back());
+        return std::max(packed_times.back(), padded_times.back());
+    });
+    row.packed_ms = median(packed_times);
+    row.padded_ms = median(padded_times);
+    row.ratio = median(ratios);
+    return row;
+}
+
 /**
  * Runs `timed` between read-probe passes and returns their median GB/s. The bandwidth that
  * decode calls are held to drifts on shared machines: passes right before and right after the
@@ -1622,6 +1720,38 @@ int main(int argc, char **argv) {
 
     if (options.rope)
         peaks.probe("after rope");
+    if (options.packed) {
+        fmt::print("\npacked sequences: D=128, H=8, causal, f32, {} sequences of lengths drawn in "
+                   "[L/16, L] (one of L), {}; packed = one call of layout = packed;\npadded = one "
+                   "batched call of the same sequences right-padded to L, causal + key padding; "
+                   "ratio = median over the rounds of padded ms / packed ms;\nwork = sum of "
+                   "L_b^2 over B * L^2; check: the packed rows against the padded call's\n\n",
+                   packed_sequences, rounds_text(options.rounds));
+        const std::string packed_header =
+            fmt::format("{:>5} | {:>6} | {:>5} | {:>9} | {:>9} | {:>5} | {}", "L", "tokens",
+                        "work", "packed ms", "padded ms", "ratio", "check");
+        fmt::print("{}\n{}\n", packed_header, std::string(packed_header.size(), '-'));
+        for (int64_t longest : packed_longest) {
+            if (longest > options.max_len)
+                continue;
+            const PackedResult row =
+                measure_packed(bench_d128_causal_packed_layer(), bench_d128_causal_padded_layer(),
+                               longest, options.rounds);
+            if (std::strcmp(row.check, "ok") != 0)
+                failures++;
+            double tokens = 0, squares = 0;
+            for (int length : row.lengths) {
+                tokens += length;
+                squares += double(length) * length;
+            }
+            const double work = squares / (double(packed_sequences) * longest * longest);
+            fmt::print("{:>5} | {:>6.0f} | {} | {} | {} | {} | {}\n", longest, tokens,
+                       column(work, 5, 2), column(row.packed_ms, 9, 3),
+                       column(row.padded_ms, 9, 3), column(row.ratio, 5, 2), row.check);
+            std::fflush(stdout);
+        }
+        peaks.probe("after packed");
+    }
     if (options.decode) {
         const attngen::LayerInfo &info = bench_decode_layer().info;
         fmt::print("\ndecode: f32, B=1, Lq=1, H={}, Hkv={}, D={}; {} (and at least one per "

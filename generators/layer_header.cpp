@@ -357,7 +357,7 @@ inline const attngen::Layer &{name}_layer() {{
 }}
 
 /**
- * Runs '{name}' (attngen::run): arguments, row-major, B = batch, Lq/Lk = query/key lengths,
+ * Runs '{name}' (attngen::run): arguments, row-major, {sizes},
  * H = {heads}, Hkv = {kv_heads}, D = {head_dim}{value_dim}:
 {docs} */
 inline attngen::Status {name}(const attngen::Arguments &args) {{
@@ -367,6 +367,8 @@ inline attngen::Status {name}(const attngen::Arguments &args) {{
         fmt::arg("name", name), fmt::arg("halide", halide), fmt::arg("heads", spec.heads),
         fmt::arg("kv_heads", spec.resolved_kv_heads()),
         fmt::arg("head_dim", spec.resolved_head_dim()),
+        fmt::arg("sizes", spec.packed ? "B = sequences, Tq/Tk = their query/key tokens end to end"
+                                      : "B = batch, Lq/Lk = query/key lengths"),
         fmt::arg("value_dim", spec.resolved_value_dim() != spec.resolved_head_dim()
                                   ? ", Dv = " + std::to_string(spec.resolved_value_dim())
                                   : std::string()),
