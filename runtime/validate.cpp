@@ -55,6 +55,9 @@ struct ArgRule {
     bool on_device = false;
     bool optional = false;  ///< wanted, but the layer has a default for it
     bool is_output = false; ///< written by the call (a cache): elements must not overlap
+    /// Read in whole, and every element must be finite (i8 keys' and values' scales): checked
+    /// on the host whatever set_finite_check says.
+    bool must_be_finite = false;
 };
 
 struct Bound {
@@ -133,6 +136,11 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
     // i8 keys and values: a scale per key and kv head.
     const bool kv_i8 = !proj && info.kv_dtype == DType::i8;
     const char *no_kv_scales = "has no i8 keys and values (its kv_dtype is not i8)";
+    ArgRule key_scales =
+        rule("key_scales", args.key_scales, kv_i8, no_kv_scales, DType::f32, {batch, kv_heads, lk});
+    ArgRule value_scales = rule("value_scales", args.value_scales, kv_i8, no_kv_scales, DType::f32,
+                                {batch, kv_heads, lk});
+    key_scales.must_be_finite = value_scales.must_be_finite = true;
     ArgRule lse = rule("lse", args.lse, info.lse, "writes no lse (it is not outputs = out, lse)",
                        DType::f32, {batch, heads, lq});
     lse.is_output = true;
@@ -145,9 +153,8 @@ std::vector<ArgRule> rules_for(const LayerInfo &info, const Arguments &args) {
              info.kv_dtype, {batch, kv_heads, new_keys, head_dim}),
         rule("value", args.value, !proj, "has projections: values come from `x` or `context`",
              info.kv_dtype, {batch, kv_heads, new_keys, value_dim}),
-        rule("key_scales", args.key_scales, kv_i8, no_kv_scales, DType::f32, {batch, kv_heads, lk}),
-        rule("value_scales", args.value_scales, kv_i8, no_kv_scales, DType::f32,
-             {batch, kv_heads, lk}),
+        key_scales,
+        value_scales,
         rule("context", args.context, proj && info.cross_attention, "is not cross-attention", t,
              {batch, lk, model_dim}),
         rule("wq", args.wq, proj, "has no projections", t,
@@ -659,9 +666,7 @@ Status validate_call(const Layer &layer, const Arguments &args, CallShape &shape
     // i8 keys' and values' scales are read in whole: each must be finite (on the host; device
     // scales are not read back, and a non-finite one makes its key's rows NaN).
     for (const ArgRule &rule : rules)
-        if (rule.wanted && rule.given && !rule.on_device &&
-            (std::strcmp(rule.name, "key_scales") == 0 ||
-             std::strcmp(rule.name, "value_scales") == 0))
+        if (rule.wanted && rule.given && !rule.on_device && rule.must_be_finite)
             if (Status finite = check_finite(rule.name, *rule.layout, rule.data, false,
                                              "the scales of i8 keys and values must be finite");
                 !finite)

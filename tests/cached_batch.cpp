@@ -503,13 +503,11 @@ std::vector<double> CachedBatch::rounded_rows(std::vector<double> rows, int dim)
             feature = round_to(info_.cache.dtype, feature);
         return rows;
     }
-    for (size_t first = 0; first < rows.size(); first += D) {
-        std::vector<int8_t> bytes;
-        const auto row = rows.begin() + static_cast<std::ptrdiff_t>(first);
-        const float scale = quantize_row(std::vector<double>(row, row + D), bytes);
-        for (size_t d = 0; d < D; d++)
-            row[d] = static_cast<double>(bytes[d]) * scale;
-    }
+    std::vector<float> values(rows.begin(), rows.end()), scales(rows.size() / D);
+    std::vector<int8_t> bytes(rows.size());
+    round_rows_to_i8(values.data(), values.size(), D, bytes.data(), scales.data());
+    for (size_t i = 0; i < rows.size(); i++) // byte times scale exactly, as the reference reads it
+        rows[i] = static_cast<double>(bytes[i]) * scales[i / D];
     return rows;
 }
 

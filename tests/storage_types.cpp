@@ -70,4 +70,12 @@ float quantize_i8(const float *row, size_t count, int8_t *bytes) {
     return scale;
 }
 
+void round_rows_to_i8(float *values, size_t count, size_t row, int8_t *bytes, float *scales) {
+    for (size_t first = 0, r = 0; first < count; first += row, r++) {
+        scales[r] = quantize_i8(values + first, row, bytes + first);
+        for (size_t i = 0; i < row; i++)
+            values[first + i] = static_cast<float>(bytes[first + i]) * scales[r];
+    }
+}
+
 } // namespace attngen_test

@@ -19,4 +19,11 @@ float from_bf16(uint16_t bits);
  */
 float quantize_i8(const float *row, size_t count, int8_t *bytes);
 
+/**
+ * `count` values in rows of `row` as an i8 tensor holds them: each row quantized (quantize_i8),
+ * its bytes and scale written to `bytes` and `scales[row index]`, and its values replaced by
+ * byte times scale.
+ */
+void round_rows_to_i8(float *values, size_t count, size_t row, int8_t *bytes, float *scales);
+
 } // namespace attngen_test

@@ -98,13 +98,8 @@ void fill_stored(HostTensor &tensor, HostTensor &scales, attngen::DType dtype,
     scales.shape.assign(shape.begin(), shape.end() - 1);
     scales.values.resize(tensor.values.size() / row);
     tensor.bytes.resize(tensor.values.size());
-    for (size_t r = 0; r < scales.values.size(); r++) {
-        float *values = tensor.values.data() + r * row;
-        int8_t *bytes = tensor.bytes.data() + r * row;
-        scales.values[r] = quantize_i8(values, row, bytes);
-        for (size_t i = 0; i < row; i++)
-            values[i] = static_cast<float>(bytes[i]) * scales.values[r];
-    }
+    round_rows_to_i8(tensor.values.data(), tensor.values.size(), row, tensor.bytes.data(),
+                     scales.values.data());
 }
 
 std::vector<double> widen(const HostTensor &tensor) {
