@@ -11,6 +11,7 @@
 #include "bench_cache_paged.h"
 #include "bench_cache_paged_f16.h"
 #include "bench_cache_paged_i8.h"
+#include "bench_cache_paged_packed.h"
 #include "bench_d128.h"
 #include "bench_d128_causal.h"
 #include "bench_d128_causal_packed.h"
@@ -177,8 +178,7 @@ std::optional<Options> parse_options(int argc, char **argv, bool &help) {
         }
         if (option == "--no-decode" || option == "--no-memory" || option == "--no-mha" ||
             option == "--no-rope" || option == "--no-prefill" || option == "--no-cache" ||
-            option == "--no-packed" ||
-            option == "--no-peers") {
+            option == "--no-packed" || option == "--no-peers") {
             (option == "--no-decode"    ? options.decode
              : option == "--no-memory"  ? options.memory
              : option == "--no-rope"    ? options.rope
@@ -996,8 +996,8 @@ PackedResult measure_packed(const attngen::Layer &packed, const attngen::Layer &
     padded_args.value = attngen::view(value.data(), {count, heads, longest, dim});
     padded_args.key_lengths = attngen::view(key_lengths.data(), {count});
     padded_args.out = attngen::mutable_view(padded_out.data(), {count, heads, longest, dim});
-    for (const auto &[layer, args] : {std::make_pair(&packed, &packed_args),
-                                      std::make_pair(&padded, &padded_args)})
+    for (const auto &[layer, args] :
+         {std::make_pair(&packed, &packed_args), std::make_pair(&padded, &padded_args)})
         if (attngen::Status status = attngen::run(*layer, *args); !status) {
             fmt::print(stderr, "bench_attention: {} at L={}: {}\n", layer->info.name, longest,
                        status.message());
@@ -1147,6 +1147,81 @@ struct CacheResult {
     double probe_gbps = 0; ///< median of read-probe passes just before and after
     const char *check = "ok";
 };
+
+/** One row of the packed decode table. */
+struct PackedDecodeResult {
+    double batched_ms = std::numeric_limits<double>::quiet_NaN();
+    double packed_ms = std::numeric_limits<double>::quiet_NaN();
+    double ratio = std::numeric_limits<double>::quiet_NaN(); ///< median of packed / batched ms
+    const char *check = "ok";
+};
+
+/**
+ * Times a decode step of `batch_size` sequences (one new token each, cache lengths spread from
+ * longest / 2 to longest) through a paged f32 cache: one batched call against one packed call,
+ * alternating, their outputs checked against each other.
+ */
+PackedDecodeResult measure_packed_decode(const attngen::Layer &batched,
+                                         const attngen::Layer &packed, int64_t batch_size,
+                                         int64_t longest, const Rounds &rounds) {
+    const attngen::LayerInfo &info = batched.info;
+    const int64_t heads = info.heads, kv_heads = info.kv_heads, dim = info.head_dim;
+    std::vector<int32_t> lengths(static_cast<size_t>(batch_size));
+    for (int64_t b = 0; b < batch_size; b++)
+        lengths[b] = static_cast<int32_t>(longest / 2 + (longest / 2) * (b + 1) / batch_size - 1);
+    const int64_t max_blocks = longest / cache_block, blocks = batch_size * max_blocks;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937 rng(seed);
+    const int64_t cache_size = blocks * kv_heads * cache_block * dim;
+    std::vector<float> k_cache = random_tensor(rng, cache_size);
+    std::vector<float> v_cache = random_tensor(rng, cache_size);
+    const std::vector<float> query = random_tensor(rng, batch_size * heads * dim);
+    const std::vector<float> key = random_tensor(rng, batch_size * kv_heads * dim);
+    const std::vector<float> value = random_tensor(rng, batch_size * kv_heads * dim);
+    std::vector<float> outs[2] = {std::vector<float>(query.size()),
+                                  std::vector<float>(query.size())};
+    std::vector<int32_t> offsets(static_cast<size_t>(batch_size + 1));
+    std::iota(offsets.begin(), offsets.end(), 0);
+    attngen::Arguments args;
+    args.k_cache = attngen::mutable_view(k_cache.data(), {blocks, kv_heads, cache_block, dim});
+    args.v_cache = attngen::mutable_view(v_cache.data(), {blocks, kv_heads, cache_block, dim});
+    args.block_table = attngen::view(table.data(), {batch_size, max_blocks});
+    args.cache_lengths = attngen::view(lengths.data(), {batch_size});
+    attngen::Arguments batched_args = args, packed_args = args;
+    batched_args.query = attngen::view(query.data(), {batch_size, heads, 1, dim});
+    batched_args.key = attngen::view(key.data(), {batch_size, kv_heads, 1, dim});
+    batched_args.value = attngen::view(value.data(), {batch_size, kv_heads, 1, dim});
+    batched_args.out = attngen::mutable_view(outs[0].data(), {batch_size, heads, 1, dim});
+    packed_args.query = attngen::view(query.data(), {batch_size, heads, dim});
+    packed_args.key = attngen::view(key.data(), {batch_size, kv_heads, dim});
+    packed_args.value = attngen::view(value.data(), {batch_size, kv_heads, dim});
+    packed_args.query_offsets = attngen::view(offsets.data(), {batch_size + 1});
+    packed_args.out = attngen::mutable_view(outs[1].data(), {batch_size, heads, dim});
+    PackedDecodeResult row;
+    for (const auto &[layer, call] :
+         {std::make_pair(&batched, &batched_args), std::make_pair(&packed, &packed_args)})
+        if (attngen::Status status = attngen::run(*layer, *call); !status) {
+            fmt::print(stderr, "bench_attention: {} at B={}: {}\n", layer->info.name, batch_size,
+                       status.message());
+            row.check = "ERROR";
+            return row;
+        }
+    if (!agrees(fmt::format("{} at B={}: max|packed - batched|", packed.info.name, batch_size),
+                outs[1], outs[0]))
+        row.check = "MISMATCH";
+    std::vector<double> batched_times, packed_times, ratios;
+    run_rounds(rounds, [&] {
+        batched_times.push_back(elapsed_ms([&] { attngen::run(batched, batched_args); }));
+        packed_times.push_back(elapsed_ms([&] { attngen::run(packed, packed_args); }));
+        ratios.push_back(packed_times.back() / batched_times.back());
+        return std::max(batched_times.back(), packed_times.back());
+    });
+    row.batched_ms = median(batched_times);
+    row.packed_ms = median(packed_times);
+    row.ratio = median(ratios);
+    return row;
+}
 
 /** A value in [-1, 1) for each cache element, from its coordinates (splitmix64). */
 float cache_value(uint64_t b, uint64_t h, uint64_t position, uint64_t d, uint64_t which) {
@@ -1728,8 +1803,8 @@ int main(int argc, char **argv) {
                    "L_b^2 over B * L^2; check: the packed rows against the padded call's\n\n",
                    packed_sequences, rounds_text(options.rounds));
         const std::string packed_header =
-            fmt::format("{:>5} | {:>6} | {:>5} | {:>9} | {:>9} | {:>5} | {}", "L", "tokens",
-                        "work", "packed ms", "padded ms", "ratio", "check");
+            fmt::format("{:>5} | {:>6} | {:>5} | {:>9} | {:>9} | {:>5} | {}", "L", "tokens", "work",
+                        "packed ms", "padded ms", "ratio", "check");
         fmt::print("{}\n{}\n", packed_header, std::string(packed_header.size(), '-'));
         for (int64_t longest : packed_longest) {
             if (longest > options.max_len)
@@ -1746,8 +1821,30 @@ int main(int argc, char **argv) {
             }
             const double work = squares / (double(packed_sequences) * longest * longest);
             fmt::print("{:>5} | {:>6.0f} | {} | {} | {} | {} | {}\n", longest, tokens,
-                       column(work, 5, 2), column(row.packed_ms, 9, 3),
-                       column(row.padded_ms, 9, 3), column(row.ratio, 5, 2), row.check);
+                       column(work, 5, 2), column(row.packed_ms, 9, 3), column(row.padded_ms, 9, 3),
+                       column(row.ratio, 5, 2), row.check);
+            std::fflush(stdout);
+        }
+        fmt::print(
+            "\npacked decode steps: f32 paged(64) cache, H=32, Hkv=8, D=128, causal, one new "
+            "token per sequence, cache lengths spread from L/2 to L, {};\nbatched = one "
+            "call over (B, H, 1, D); packed = one layout = packed call over (B, H, D); "
+            "ratio = median over the rounds of packed ms / batched ms\n\n",
+            rounds_text(options.rounds));
+        const std::string decode_header =
+            fmt::format("{:>3} | {:>5} | {:>10} | {:>9} | {:>5} | {}", "B", "L", "batched ms",
+                        "packed ms", "ratio", "check");
+        fmt::print("{}\n{}\n", decode_header, std::string(decode_header.size(), '-'));
+        for (const auto &[batch_size, longest] :
+             {std::make_pair(4, 4096), std::make_pair(32, 2048)}) {
+            const PackedDecodeResult row =
+                measure_packed_decode(bench_cache_paged_layer(), bench_cache_paged_packed_layer(),
+                                      batch_size, longest, options.rounds);
+            if (std::strcmp(row.check, "ok") != 0)
+                failures++;
+            fmt::print("{:>3} | {:>5} | {} | {} | {} | {}\n", batch_size, longest,
+                       column(row.batched_ms, 10, 3), column(row.packed_ms, 9, 3),
+                       column(row.ratio, 5, 2), row.check);
             std::fflush(stdout);
         }
         peaks.probe("after packed");
