@@ -140,7 +140,7 @@ void print_usage() {
                "  --no-cache   skip the cached decode table (KV caches, contiguous and paged)\n"
                "  --no-mha     skip the end-to-end table (projections, model_dim 512 and 1024)\n"
                "  --no-rope    skip the rotary-embedding table (D=128 causal, with and without)\n"
-               "  --no-packed  skip the packed-sequences table (D=128 causal, against padding)\n"
+               "  --no-packed  skip the packed tables (against padded and batched calls)\n"
                "  --no-memory  skip the peak-memory run (L={}, D=64, H=8)\n"
                "  --peers DIR  where bench/peers/setup.sh put the fused peers, PyTorch and ggml\n"
                "               (default {}); a peer that is absent gets \"-\" columns\n"
