@@ -9,6 +9,7 @@
 
 #include "t_packed.h"
 #include "t_packed_cache.h"
+#include "t_packed_cross.h"
 #include "t_packed_proj.h"
 
 #include "HalideRuntime.h"
@@ -56,6 +57,11 @@ TEST_CASE("packed sequences with their own key offsets (causal, rope, sinks, lse
 TEST_CASE("packed sequences through projections in self-attention (f16, window) match the "
           "reference of each sequence alone") {
     check_packed(t_packed_proj_layer(), {23, 0, 1, 64, 9}, {}, 8104);
+}
+
+TEST_CASE("packed cross-attention through projections with their own context offsets (causal, "
+          "sinks, a keyless sequence: the output bias) matches the reference") {
+    check_packed(t_packed_cross_layer(), {12, 3, 0, 20, 4}, {30, 3, 5, 9, 0}, 8109);
 }
 
 TEST_CASE("a packed layer runs its generated code once per sequence over exactly that "
