@@ -364,9 +364,14 @@ SequenceCall sequence_call(const LayerInfo &info, const Arguments &args, const O
     }
     if (cached) {
         if (info.cache.kind == CacheKind::contiguous) {
-            for (MutableTensor *cache : {&a.k_cache, &a.v_cache, &a.k_scales, &a.v_scales})
-                if (cache->given())
-                    *cache = batch_entry(*cache, b);
+            // Only what check_cache_tensors checked whole; anything else is refused by the
+            // sequence's own check, uncut.
+            a.k_cache = batch_entry(args.k_cache, b);
+            a.v_cache = batch_entry(args.v_cache, b);
+            if (info.cache.dtype == DType::i8) {
+                a.k_scales = batch_entry(args.k_scales, b);
+                a.v_scales = batch_entry(args.v_scales, b);
+            }
         } else {
             a.block_table = batch_entry(args.block_table, b);
         }

@@ -223,7 +223,7 @@ TEST_CASE("GPU schedule: packed sequences with their own key offsets, causal, ro
     CHECK(attngen::last_device() == test_api);
 }
 
-TEST_CASE("GPU schedule: a paged cache stepped with packed new tokens") {
+TEST_CASE("GPU schedule: a paged i8 cache stepped with packed new tokens") {
     if (!gpu_present())
         return;
     RequireGpu gpu;
