@@ -72,7 +72,7 @@ expect 1 "an unknown command" "$attngen" frobnicate
 expect 1 "an unknown option" "$attngen" compile "$spec" --colour red -o "$work/x"
 
 expect 0 "check a valid spec" "$attngen" check "$spec"
-contains "$work/out.txt" "7 layers" "check counts the layers"
+contains "$work/out.txt" "8 layers" "check counts the layers"
 printf 'attention broken {\n  heads = 8\n  kv_heads = 3\n  head_dim = 64\n' > "$work/broken.attn"
 expect 1 "check a broken spec" "$attngen" check "$work/broken.attn"
 contains "$work/err.txt" "broken.attn:" "check prints file:line:column"

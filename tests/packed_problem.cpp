@@ -120,14 +120,17 @@ std::vector<float> PackedProblem::lse_rows(int b) const {
 
 /** Runs a packed problem and checks every sequence against the reference of it alone. */
 void check_packed(const attngen::Layer &layer, const std::vector<int> &queries,
-                  const std::vector<int> &keys, uint32_t base_seed) {
+                  const std::vector<int> &keys, uint32_t base_seed,
+                  const std::function<void(const Problem &, ReferenceProblem &)> &modify) {
     const uint32_t seed = test_seed(base_seed);
     INFO("layer " << layer.info.name << ", seed " << seed << " (set ATTNGEN_TEST_SEED to vary)");
     PackedProblem packed(layer, queries, keys, seed);
     const attngen::Status status = attngen::run(layer, packed.args);
     INFO(status.message());
     REQUIRE(status.ok());
-    const ReferenceProblem all = packed.problem.reference();
+    ReferenceProblem all = packed.problem.reference();
+    if (modify)
+        modify(packed.problem, all);
     for (size_t b = 0; b < queries.size(); b++) {
         const int lq = packed.query_lengths[b], lk = packed.key_lengths[b];
         INFO("sequence " << b << ": " << lq << " queries, " << lk << " keys");

@@ -6,6 +6,7 @@
 #include "test_support.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace attngen_test {
@@ -37,9 +38,11 @@ struct PackedProblem {
 
 /**
  * Runs a packed problem and checks every sequence against the reference of it alone, within
- * tolerance_for(dtype) (the lse within lse_tolerance).
+ * tolerance_for(dtype) (the lse within lse_tolerance). `modify` sets the reference's score_mod
+ * and mask predicate from the problem's declared tensors, as the layer's expressions read them.
  */
 void check_packed(const attngen::Layer &layer, const std::vector<int> &queries,
-                  const std::vector<int> &keys, uint32_t base_seed);
+                  const std::vector<int> &keys, uint32_t base_seed,
+                  const std::function<void(const Problem &, ReferenceProblem &)> &modify = {});
 
 } // namespace attngen_test

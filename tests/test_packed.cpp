@@ -7,6 +7,7 @@
 #include "packed_problem.h"
 #include "test_support.h"
 
+#include "t_mods.h"
 #include "t_packed.h"
 #include "t_packed_cache.h"
 #include "t_packed_cross.h"
@@ -62,6 +63,18 @@ TEST_CASE("packed sequences through projections in self-attention (f16, window) 
 TEST_CASE("packed cross-attention through projections with their own context offsets (causal, "
           "sinks, a keyless sequence: the output bias) matches the reference") {
     check_packed(t_packed_cross_layer(), {12, 3, 0, 20, 4}, {30, 3, 5, 9, 0}, 8109);
+}
+
+TEST_CASE("packed sequences with ALiBi and a mask predicate: q and k are each sequence's own") {
+    const attngen::Layer &layer = packed_alibi_layer();
+    check_packed(layer, {19, 1, 40, 7}, {25, 6, 40, 7}, 8110,
+                 [](const Problem &problem, ReferenceProblem &reference) {
+                     const std::vector<float> slope = problem.tensors.at("slope").values;
+                     reference.score_mod = [slope](double score, int, int h, int q, int k) {
+                         return score + slope[static_cast<size_t>(h)] * (k - q);
+                     };
+                     reference.visible = [](int, int, int q, int k) { return (q + k) % 5 != 2; };
+                 });
 }
 
 TEST_CASE("a packed layer runs its generated code once per sequence over exactly that "
