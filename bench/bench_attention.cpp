@@ -48,6 +48,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <mutex>
@@ -523,6 +524,39 @@ template <typename Call> double median_ms(const Call &call, const Rounds &rounds
     return median(times);
 }
 
+/** A layer and the arguments of one call of it. */
+using Call = std::pair<const attngen::Layer *, const attngen::Arguments *>;
+
+/** Two calls' median times over alternating rounds, and the median of the per-round b / a. */
+struct PairTimes {
+    double a_ms = std::numeric_limits<double>::quiet_NaN();
+    double b_ms = std::numeric_limits<double>::quiet_NaN();
+    double b_over_a = std::numeric_limits<double>::quiet_NaN();
+};
+
+/** Times calls `a` and `b` in alternating rounds, as many as `rounds` says. */
+PairTimes time_pair(const Rounds &rounds, Call a, Call b) {
+    std::vector<double> a_times, b_times, ratios;
+    run_rounds(rounds, [&] {
+        a_times.push_back(elapsed_ms([&] { attngen::run(*a.first, *a.second); }));
+        b_times.push_back(elapsed_ms([&] { attngen::run(*b.first, *b.second); }));
+        ratios.push_back(b_times.back() / a_times.back());
+        return std::max(a_times.back(), b_times.back());
+    });
+    return {median(a_times), median(b_times), median(ratios)};
+}
+
+/** Runs each call once; prints the first failure with `where` and returns false on it. */
+bool run_each(std::initializer_list<Call> calls, const std::string &where) {
+    for (const auto &[layer, args] : calls)
+        if (attngen::Status status = attngen::run(*layer, *args); !status) {
+            fmt::print(stderr, "bench_attention: {} {}: {}\n", layer->info.name, where,
+                       status.message());
+            return false;
+        }
+    return true;
+}
+
 /** agrees (agreement.h) at the benchmark's tolerances. */
 template <typename Expected>
 bool agrees(const std::string &what, const std::vector<float> &actual,
@@ -901,13 +935,10 @@ RopeResult measure_rope(const attngen::Layer &plain, const attngen::Layer &rope,
     args.value = attngen::view(value.data(), {batch, heads, length, dim});
     args.out = attngen::mutable_view(out.data(), {batch, heads, length, dim});
     RopeResult row;
-    for (const attngen::Layer *layer : {&plain, &rope}) {
-        if (attngen::Status status = attngen::run(*layer, args); !status) {
-            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", layer->info.name, length,
-                       status.message());
-            row.check = "ERROR";
-            return row;
-        }
+    const std::string where = fmt::format("at L={}", length);
+    if (!run_each({{&plain, &args}, {&rope, &args}}, where)) {
+        row.check = "ERROR";
+        return row;
     }
     blas_attention(Blas::openblas, info, length, rotated_query.data(), rotated_key.data(),
                    value.data(), reference.data(), scores, pool);
@@ -916,16 +947,10 @@ RopeResult measure_rope(const attngen::Layer &plain, const attngen::Layer &rope,
             out, reference))
         row.check = "MISMATCH";
 
-    std::vector<double> plain_times, rope_times, ratios;
-    run_rounds(rounds, [&] {
-        plain_times.push_back(elapsed_ms([&] { attngen::run(plain, args); }));
-        rope_times.push_back(elapsed_ms([&] { attngen::run(rope, args); }));
-        ratios.push_back(rope_times.back() / plain_times.back());
-        return std::max(plain_times.back(), rope_times.back());
-    });
-    row.plain_ms = median(plain_times);
-    row.rope_ms = median(rope_times);
-    row.ratio = median(ratios);
+    const PairTimes times = time_pair(rounds, {&plain, &args}, {&rope, &args});
+    row.plain_ms = times.a_ms;
+    row.rope_ms = times.b_ms;
+    row.ratio = times.b_over_a;
     return row;
 }
 
@@ -996,28 +1021,19 @@ PackedResult measure_packed(const attngen::Layer &packed, const attngen::Layer &
     padded_args.value = attngen::view(value.data(), {count, heads, longest, dim});
     padded_args.key_lengths = attngen::view(key_lengths.data(), {count});
     padded_args.out = attngen::mutable_view(padded_out.data(), {count, heads, longest, dim});
-    for (const auto &[layer, args] :
-         {std::make_pair(&packed, &packed_args), std::make_pair(&padded, &padded_args)})
-        if (attngen::Status status = attngen::run(*layer, *args); !status) {
-            fmt::print(stderr, "bench_attention: {} at L={}: {}\n", layer->info.name, longest,
-                       status.message());
-            row.check = "ERROR";
-            return row;
-        }
+    if (!run_each({{&packed, &packed_args}, {&padded, &padded_args}},
+                  fmt::format("at L={}", longest))) {
+        row.check = "ERROR";
+        return row;
+    }
     // The padded call's rows of each sequence, packed, are what the packed call computes.
     if (!agrees(fmt::format("{} at L={}: max|packed - padded|", info.name, longest), packed_out,
                 pack(padded_out)))
         row.check = "MISMATCH";
-    std::vector<double> packed_times, padded_times, ratios;
-    run_rounds(rounds, [&] {
-        packed_times.push_back(elapsed_ms([&] { attngen::run(packed, packed_args); }));
-        padded_times.push_back(elapsed_ms([&] { attngen::run(padded, padded_args); }));
-        ratios.push_back(padded_times.back() / packed_times.back());
-        return std::max(packed_times.back(), padded_times.back());
-    });
-    row.packed_ms = median(packed_times);
-    row.padded_ms = median(padded_times);
-    row.ratio = median(ratios);
+    const PairTimes times = time_pair(rounds, {&packed, &packed_args}, {&padded, &padded_args});
+    row.packed_ms = times.a_ms;
+    row.padded_ms = times.b_ms;
+    row.ratio = times.b_over_a;
     return row;
 }
 
@@ -1199,27 +1215,18 @@ PackedDecodeResult measure_packed_decode(const attngen::Layer &batched,
     packed_args.query_offsets = attngen::view(offsets.data(), {batch_size + 1});
     packed_args.out = attngen::mutable_view(outs[1].data(), {batch_size, heads, dim});
     PackedDecodeResult row;
-    for (const auto &[layer, call] :
-         {std::make_pair(&batched, &batched_args), std::make_pair(&packed, &packed_args)})
-        if (attngen::Status status = attngen::run(*layer, *call); !status) {
-            fmt::print(stderr, "bench_attention: {} at B={}: {}\n", layer->info.name, batch_size,
-                       status.message());
-            row.check = "ERROR";
-            return row;
-        }
+    if (!run_each({{&batched, &batched_args}, {&packed, &packed_args}},
+                  fmt::format("at B={}", batch_size))) {
+        row.check = "ERROR";
+        return row;
+    }
     if (!agrees(fmt::format("{} at B={}: max|packed - batched|", packed.info.name, batch_size),
                 outs[1], outs[0]))
         row.check = "MISMATCH";
-    std::vector<double> batched_times, packed_times, ratios;
-    run_rounds(rounds, [&] {
-        batched_times.push_back(elapsed_ms([&] { attngen::run(batched, batched_args); }));
-        packed_times.push_back(elapsed_ms([&] { attngen::run(packed, packed_args); }));
-        ratios.push_back(packed_times.back() / batched_times.back());
-        return std::max(batched_times.back(), packed_times.back());
-    });
-    row.batched_ms = median(batched_times);
-    row.packed_ms = median(packed_times);
-    row.ratio = median(ratios);
+    const PairTimes times = time_pair(rounds, {&batched, &batched_args}, {&packed, &packed_args});
+    row.batched_ms = times.a_ms;
+    row.packed_ms = times.b_ms;
+    row.ratio = times.b_over_a;
     return row;
 }
 

@@ -11,6 +11,11 @@ struct halide_buffer_t;
 
 namespace attngen::internal {
 
+/** An argument's name as error messages quote it: `name`. */
+inline std::string quoted(const std::string &name) {
+    return "`" + name + "`";
+}
+
 /** The value called `name` in a list of (name, value) pairs, or nullptr. */
 template <typename List>
 auto find_named(List &list, const std::string &name) -> decltype(&list.front().second) {

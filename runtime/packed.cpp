@@ -21,10 +21,6 @@ namespace attngen::internal {
 
 namespace {
 
-std::string quoted(const char *name) {
-    return std::string("`") + name + "`";
-}
-
 /** Where each sequence's rows lie: [at[b], at[b + 1]). */
 struct Offsets {
     std::vector<int64_t> at;
@@ -53,7 +49,7 @@ Status read_offsets(const LayerInfo &info, const char *name, const Tensor &given
     offsets.at.resize(static_cast<size_t>(given.shape[0]));
     for (int64_t i = 0; i < given.shape[0]; i++) {
         const int64_t value = int_element(given, i);
-        const std::string at = quoted((std::string(name) + "[" + std::to_string(i) + "]").c_str());
+        const std::string at = quoted(std::string(name) + "[" + std::to_string(i) + "]");
         if (i == 0 && value != 0)
             return Status::error("attngen: " + at + " is " + std::to_string(value) +
                                  " but must be 0: the first sequence starts at row 0");
@@ -71,8 +67,8 @@ Status read_offsets(const LayerInfo &info, const char *name, const Tensor &given
     if (offsets.at.back() != rows)
         return Status::error(
             "attngen: " +
-            quoted((std::string(name) + "[" + std::to_string(given.shape[0] - 1) + "]").c_str()) +
-            " is " + std::to_string(offsets.at.back()) + " but " + quoted(tensor) + " has " +
+            quoted(std::string(name) + "[" + std::to_string(given.shape[0] - 1) + "]") + " is " +
+            std::to_string(offsets.at.back()) + " but " + quoted(tensor) + " has " +
             std::to_string(rows) + " rows: the last offset must be the tensor's rows");
     return Status();
 }

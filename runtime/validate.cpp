@@ -65,10 +65,6 @@ struct Bound {
     const char *by = nullptr;
 };
 
-std::string quoted(const char *name) {
-    return std::string("`") + name + "`";
-}
-
 std::string shape_text(const DimList &dims) {
     std::string text = "(";
     for (size_t i = 0; i < dims.size(); i++)
@@ -275,6 +271,7 @@ Status check_declared_scalars(const LayerInfo &info, const Arguments &args) {
 }
 
 using internal::overlapping;
+using internal::quoted;
 using internal::Span;
 using internal::span_of;
 
