@@ -83,9 +83,10 @@ void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     // solver handles; the predicates and the bias keep their test everywhere.
     Expr keep = Halide::select(visible, -1, 0);
     Expr structured = structured_visible(spec, in, k, position, b);
-    // The online form's steps cover whole steps of keys, the last past Lk: those keys are
-    // masked here, so that a step's max and probabilities need no bounds of their own.
-    if (options.form == AttentionForm::online)
+    // The online form's steps cover whole steps of keys, the last past Lk, and so do chunks
+    // with whole_chunk_statistics: those keys are masked here, so that a step's (or chunk's)
+    // max and probabilities need no bounds of their own.
+    if (options.form == AttentionForm::online || options.whole_chunk_statistics)
         structured = structured && k < in.key_len;
     if (!Halide::Internal::is_const_one(structured))
         keep = Halide::select(structured, Halide::likely(keep), 0);
@@ -259,7 +260,8 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
     const int chunk = options.chunk_keys;
     t.r_keys = RDom(0, chunk, "r_keys");
     Expr key = j * chunk + t.r_keys.x;
-    t.r_keys.where(key >= key_begin && key < key_end);
+    if (!options.whole_chunk_statistics)
+        t.r_keys.where(key >= key_begin && key < key_end);
     t.part_max(j, q, h, b) = lowest;
     t.part_max(j, q, h, b) = Halide::max(t.part_max(j, q, h, b), t.masked(key, q, h, b));
     t.probs(k, q, h, b) = parts.probability(k, t.part_max(k / chunk, q, h, b));
@@ -556,6 +558,7 @@ AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     if (options.form != AttentionForm::chunks) {
         options.kv_value_block = 0;
         options.rows_up_to = 0;
+        options.whole_chunk_statistics = false;
     }
     if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
         options.kv_value_block = 0;

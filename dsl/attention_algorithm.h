@@ -127,6 +127,15 @@ struct AlgorithmOptions {
      * 0: one loop over the chunk's keys.
      */
     int kv_value_block = 0;
+    /**
+     * The chunks form: the chunk's max and sum visit all its keys, the masked ones (and those
+     * past Lk) as masked scores, rather than the range the mask leaves visible. Their loops
+     * then hold no condition, and the compiler keeps each row's running max and sum in
+     * registers instead of reloading and storing them per key (split-KV decode: about a
+     * tenth of a step). A chunk's few masked keys cost less than that; query tiles (prefill),
+     * whose ranges skip most of a chunk under a causal mask, keep the range.
+     */
+    bool whole_chunk_statistics = false;
     /** The online form: keys per step. */
     int step_keys = 0;
     /** The online form: head_dim elements per state (a divisor of head_dim). */

@@ -356,6 +356,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.rows_up_to = cpu.rows_up_to;
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
         options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_value_dim());
+        options.whole_chunk_statistics = split;
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
         options.native_f16 = halide_compat::converts_f16_in_hardware(target);
