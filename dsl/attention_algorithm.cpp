@@ -714,7 +714,7 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         q_rows = s.q_rope;
         k_rows = s.k_rope;
     }
-    s.cache_buffers = {buffer_name(in.k_cache), buffer_name(in.v_cache)};
+    s.kv_buffers = {buffer_name(in.k_cache), buffer_name(in.v_cache)};
     const bool quantized = spec.resolved_cache_dtype() == DType::i8;
     const Halide::Type cached = storage_type(spec.resolved_cache_dtype());
     s.k_new = in.k_new;
@@ -836,6 +836,8 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
         s.q_heads(d, q, h, b) = s.widened(in.query(d, query_row, h, b)) * scale;
         s.k_heads(d, k, h, b) = s.widened(in.key(d, Halide::clamp(k, 0, last_key), h, b));
     }
+    // The inputs a decode step streams through (AttentionStages::kv_prefetch_keys).
+    s.kv_buffers = {buffer_name(in.key), buffer_name(in.value)};
     // The whole-row and chunks forms read values only at visible keys: no clamp needed.
     // The online form's last step runs past Lk, with probability 0: clamped there.
     const bool online = s.options.form == AttentionForm::online;

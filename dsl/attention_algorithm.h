@@ -278,13 +278,16 @@ struct AttentionStages {
     AlgorithmOptions options;
     /** A stored value read as f32, f16 widened as options.native_f16 says (attention_terms.h). */
     Halide::Expr widened(const Halide::Expr &stored) const;
-    /** A cached layer's cache buffers (k_cache and v_cache by name); empty without a cache. */
-    std::set<std::string> cache_buffers;
     /**
-     * Set by a schedule: prefetch the cache rows this many keys ahead of the loops over keys
-     * that read them (add_lowering_passes); 0 for none.
+     * The buffers whose rows the loops over keys stream through, by name: a cached layer's
+     * k_cache and v_cache, or the per-head key and value inputs; empty with projections.
      */
-    int cache_prefetch_keys = 0;
+    std::set<std::string> kv_buffers;
+    /**
+     * Set by a schedule: prefetch the rows of kv_buffers this many keys ahead of the loops over
+     * keys that read them (add_lowering_passes); 0 for none.
+     */
+    int kv_prefetch_keys = 0;
     /**
      * With AlgorithmOptions::rows_up_to, the whole-row form beside this (chunks) form: its own
      * stages from scores to weighted_sum, sharing q_heads, k_heads and (with projections)

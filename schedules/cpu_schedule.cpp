@@ -585,10 +585,10 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 
 } // namespace
 
-int cpu_cache_prefetch_keys(const AttentionSpec &spec) {
+int cpu_kv_prefetch_keys(const AttentionSpec &spec) {
     constexpr int prefetch_bytes = 16 * 1024;
-    const int row_bytes =
-        spec.resolved_head_dim() * storage_type(spec.resolved_cache_dtype()).bytes();
+    const DType stored = spec.cache.any() ? spec.resolved_cache_dtype() : spec.resolved_kv_dtype();
+    const int row_bytes = spec.resolved_head_dim() * storage_type(stored).bytes();
     return std::max(1, prefetch_bytes / row_bytes);
 }
 
@@ -1018,8 +1018,13 @@ void schedule_query_tiles(AttentionStages &s, Func core, const CpuPlan &plan) {
 void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
                         const CpuScheduleParams &params) {
     const CpuPlan plan{s, target, params};
-    if (s.spec.cache.any())
-        s.cache_prefetch_keys = cpu_cache_prefetch_keys(s.spec);
+    // A decode step streams K and V from memory once. Its split-KV tasks read K, then compute
+    // the chunk's statistics reading nothing, then read V: without software prefetch the
+    // hardware's streams restart at each pass and the memory idles between (Lq = 1, H=32,
+    // Hkv=8, D=128, f32 inputs, 2-core Zen 5: 75-88% of the probed bandwidth without, 88-94%
+    // with).
+    if (s.spec.cache.any() || params.split_chunk > 0)
+        s.kv_prefetch_keys = cpu_kv_prefetch_keys(s.spec);
     // The whole-row and flash forms without projections copy K per call and Q per tile.
     const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
     schedule_rope(s, plan.lanes, copies_heads && !s.spec.cache.any());

@@ -401,9 +401,9 @@ std::string apply_schedule(AttentionStages &stages, const Halide::Target &target
 }
 
 void add_lowering_passes(Halide::Pipeline pipeline, const AttentionStages &stages) {
-    if (stages.cache_prefetch_keys > 0 && !stages.cache_buffers.empty()) {
+    if (stages.kv_prefetch_keys > 0 && !stages.kv_buffers.empty()) {
         Halide::Internal::IRMutator *pass =
-            make_cache_prefetch_pass(stages.cache_buffers, stages.cache_prefetch_keys).release();
+            make_cache_prefetch_pass(stages.kv_buffers, stages.kv_prefetch_keys).release();
         pipeline.add_custom_lowering_pass(pass, [pass] { delete pass; });
     }
 }

@@ -18,12 +18,13 @@ namespace attngen {
 constexpr int cpu_decode_split_chunk = 512;
 
 /**
- * How many keys ahead the CPU schedule prefetches a cached layer's cache rows
- * (AttentionStages::cache_prefetch_keys): 16 KiB of rows, far enough ahead to cover a DRAM
- * access and a paged cache's jump to its next block at the rate a core reads rows (at 4 KiB
- * the jumps still showed), near enough that the rows stay in a 32 KiB L1 until read.
+ * How many keys ahead the CPU schedule prefetches the K and V rows that a cached layer or a
+ * split-KV decode streams through (AttentionStages::kv_prefetch_keys): 16 KiB of rows, far
+ * enough ahead to cover a DRAM access and a paged cache's jump to its next block at the rate a
+ * core reads rows (at 4 KiB the jumps still showed), near enough that the rows stay in a
+ * 32 KiB L1 until read.
  */
-int cpu_cache_prefetch_keys(const AttentionSpec &spec);
+int cpu_kv_prefetch_keys(const AttentionSpec &spec);
 
 /** The shared memory a CUDA block may use without opting in; larger tiles are refused. */
 constexpr int gpu_shared_memory_limit = 48 * 1024;
@@ -140,7 +141,7 @@ std::string check_schedule(const AttentionSpec &spec, const Halide::Target &targ
 
 /**
  * Adds the lowering passes that the applied schedule asked for (AttentionStages::
- * cache_prefetch_keys) to the pipeline that compiles `stages`; every compile of a scheduled
+ * kv_prefetch_keys) to the pipeline that compiles `stages`; every compile of a scheduled
  * pipeline calls it after apply_schedule.
  */
 void add_lowering_passes(Halide::Pipeline pipeline, const AttentionStages &stages);

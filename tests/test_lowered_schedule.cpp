@@ -965,10 +965,11 @@ class CachePrefetches : public IRVisitor {
     }
 };
 
-TEST_CASE("a cached layer's CPU loops prefetch the cache rows ahead of their loads") {
+TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V rows ahead") {
     // A paged cache's blocks are scattered, and each restarts the hardware's prefetchers: the
     // loops over keys that read K and V prefetch the rows they read some keys later, beside
-    // the loads. Layers without a cache prefetch nothing.
+    // the loads. A split-KV decode without a cache does the same with its key and value
+    // inputs; prefill schedules, which read K and V in tiles, prefetch nothing.
     const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
                                 "no_runtime");
     const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
@@ -999,11 +1000,19 @@ TEST_CASE("a cached layer's CPU loops prefetch the cache rows ahead of their loa
             }
         }
     }
-    CachePrefetches plain;
-    for (const Stmt &body :
-         lower_layer({{"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}}, "split_chunk=64"))
-        body.accept(&plain);
-    CHECK(plain.prefetches.empty());
+    const std::map<std::string, std::string> plain = {
+        {"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}};
+    CachePrefetches decode, prefill;
+    for (const Stmt &body : lower_layer(plain, "split_chunk=64"))
+        body.accept(&decode);
+    for (const char *buffer : {"key", "value"}) {
+        INFO(buffer);
+        CHECK(decode.prefetches[buffer] > 0);
+        CHECK(decode.beside_loads[buffer] == decode.prefetches[buffer]);
+    }
+    for (const Stmt &body : lower_layer(plain, ""))
+        body.accept(&prefill);
+    CHECK(prefill.prefetches.empty());
 }
 
 /**
