@@ -1021,8 +1021,8 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // A decode step streams K and V from memory once. Its split-KV tasks read K, then compute
     // the chunk's statistics reading nothing, then read V: without software prefetch the
     // hardware's streams restart at each pass and the memory idles between (Lq = 1, H=32,
-    // Hkv=8, D=128, f32 inputs, 2-core Zen 5: 75-88% of the probed bandwidth without, 88-94%
-    // with).
+    // Hkv=8, D=128, f32 inputs, Lk >= 4096, 2-core Zen 5: 64-85% of the probed bandwidth
+    // without, 84-98% with; docs/performance.md).
     if (s.spec.cache.any() || params.split_chunk > 0)
         s.kv_prefetch_keys = cpu_kv_prefetch_keys(s.spec);
     // The whole-row and flash forms without projections copy K per call and Q per tile.
