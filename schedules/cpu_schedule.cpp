@@ -428,8 +428,13 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
         Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
         const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
         Func tile = s.part_out.update().rfactor(blocks, block);
+        // A block's rows, bounded so that they are one fixed buffer on the stack: the last
+        // block's clamped rows made its extent vary, and every block a heap allocation.
         if (widened)
-            s.v_heads.compute_at(s.part_out, blocks).vectorize(d, d_vec).unroll(d);
+            s.v_heads.compute_at(s.part_out, blocks)
+                .bound_extent(s.k, s.options.kv_value_block)
+                .vectorize(d, d_vec)
+                .unroll(d);
         s.part_out.update()
             .split(h, h_outer, h_inner, heads)
             .reorder(d, h_inner, h_outer, blocks, q, j, b)
@@ -486,6 +491,11 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // The group's scaled queries, once per task rather than once per key.
     s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     s.masked.compute_inline();
+    // An i8 cache's row scales, once per key of the task: inlined, each head's statistics,
+    // probabilities and P·V would look each one up (and choose cache or new row) again.
+    for (Func scale : {s.k_scale, s.v_scale})
+        if (scale.defined())
+            scale.compute_at(at);
 
     // The chunk's statistics and probabilities, vectorized across the group's heads, so the
     // reductions over keys need no horizontal steps.
