@@ -491,8 +491,9 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // The group's scaled queries, once per task rather than once per key.
     s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
     s.masked.compute_inline();
-    // An i8 cache's row scales, once per key of the task: inlined, each head's statistics,
-    // probabilities and P·V would look each one up (and choose cache or new row) again.
+    // The row scales of i8 keys and values (a cache's or the inputs'), once per key of the
+    // task: inlined, each head's statistics, probabilities and P·V looked each one up again
+    // (a cache's choosing between its rows and the new ones).
     for (Func scale : {s.k_scale, s.v_scale})
         if (scale.defined())
             scale.compute_at(at);
