@@ -149,7 +149,10 @@ void print_usage() {
                "  --cpu-variant V\n"
                "               run attngen's V variant: automatic (the default: the best the CPU\n"
                "               has), avx512, avx2 or baseline; the FMA probe then measures the\n"
-               "               peak of that variant's vectors (the peers choose their own)\n",
+               "               peak of that variant's vectors. With avx2 the peers are capped at\n"
+               "               AVX2 too (ggml's AVX2 build; PyTorch, MKL, oneDNN and OpenBLAS by\n"
+               "               their environment variables, printed in the header); otherwise\n"
+               "               they choose their own\n",
                longest, Options().reference_max_len, slow_run_ms / 1000, max_runs,
                Options().rounds.min_ms, decode_lengths[std::size(decode_lengths) - 1], memory_len,
                Options().peers_dir);
@@ -1593,18 +1596,41 @@ class PeakLog {
     std::vector<std::pair<std::string, double>> probes_;
 };
 
+struct EnvironmentSetting {
+    const char *name, *value;
+};
+
+/**
+ * The peers' settings (environment variables read when they load): OpenBLAS's idle timeout, at
+ * its shortest (unset, its idle worker spins for ~0.1 s after every sgemm on a core the peer's
+ * own softmax needs); and with `--cpu-variant avx2` every peer's ISA capped at AVX2, so that
+ * attngen's AVX2 code meets the peers an AVX2 machine would run: PyTorch's kernels
+ * (ATEN_CPU_CAPABILITY) and its MKL, oneDNN (PyTorch's and the math path's) and OpenBLAS (its
+ * Haswell kernels). ggml's AVX2 build is another binary (FusedPeers).
+ */
+std::vector<EnvironmentSetting> peer_settings(int argc, char **argv) {
+    std::vector<EnvironmentSetting> settings{{"OPENBLAS_THREAD_TIMEOUT", "4"}};
+    for (int i = 1; i + 1 < argc; i++)
+        if (std::strcmp(argv[i], "--cpu-variant") == 0 && std::strcmp(argv[i + 1], "avx2") == 0)
+            settings.insert(settings.end(), {{"ATEN_CPU_CAPABILITY", "avx2"},
+                                             {"MKL_ENABLE_INSTRUCTIONS", "AVX2"},
+                                             {"ONEDNN_MAX_CPU_ISA", "AVX2"},
+                                             {"OPENBLAS_CORETYPE", "Haswell"}});
+    return settings;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-    // OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads, before main. Unset, its idle worker
-    // spins for ~0.1 s after every sgemm on a core the peer's own softmax needs; re-run once
-    // with the shortest timeout so that the peer is measured at its best.
-    if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
-        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    // The peers read their settings from the environment when they load, OpenBLAS before main:
+    // re-run once with the ones unset (a caller's own stay).
+    const std::vector<EnvironmentSetting> settings = peer_settings(argc, argv);
+    if (std::any_of(settings.begin(), settings.end(),
+                    [](const EnvironmentSetting &s) { return std::getenv(s.name) == nullptr; })) {
+        for (const EnvironmentSetting &setting : settings)
+            setenv(setting.name, setting.value, 0);
         execv("/proc/self/exe", argv);
-        fmt::print(stderr,
-                   "bench_attention: could not re-run with OPENBLAS_THREAD_TIMEOUT=4: {}; "
-                   "measuring with OpenBLAS's default\n",
+        fmt::print(stderr, "bench_attention: could not re-run with the peers' settings: {}\n",
                    std::strerror(errno));
     }
 
@@ -1644,13 +1670,20 @@ int main(int argc, char **argv) {
                options.threads, seed, cpu_model());
     std::optional<attngen_bench::FusedPeers> fused;
     if (options.fused_peers && (options.prefill || options.decode)) {
-        fused.emplace(options.peers_dir, ATTNGEN_BENCH_PEERS_SOURCE_DIR, options.threads);
+        fused.emplace(options.peers_dir, ATTNGEN_BENCH_PEERS_SOURCE_DIR, options.threads,
+                      options.cpu_variant == attngen::CpuVariant::avx2);
         for (size_t i = 0; i < attngen_bench::FusedPeers::count; i++) {
             const attngen_bench::FusedPeer &peer = fused->peer(i);
             fmt::print("{}: {}\n", peer.name,
                        peer.missing.empty() ? peer.description : peer.missing);
         }
     }
+    std::string environment;
+    for (const EnvironmentSetting &setting : settings) {
+        const char *value = std::getenv(setting.name);
+        environment += fmt::format(" {}={}", setting.name, value != nullptr ? value : "(unset)");
+    }
+    fmt::print("the peers' environment:{}\n", environment);
     PeakLog peaks(options.threads, options.cpu_variant == attngen::CpuVariant::automatic ||
                                        options.cpu_variant == attngen::CpuVariant::avx512);
     peaks.probe("start");

@@ -133,7 +133,8 @@ std::optional<std::string> PeerProcess::request(const std::string &line) {
     return read_line();
 }
 
-FusedPeers::FusedPeers(const std::string &dir, const std::string &source_dir, int threads) {
+FusedPeers::FusedPeers(const std::string &dir, const std::string &source_dir, int threads,
+                       bool avx2) {
     std::signal(SIGPIPE, SIG_IGN); // a peer that dies makes its writes fail, not the benchmark
     const std::string setup = "bench/peers/setup.sh";
     peers_[0].name = "PyTorch";
@@ -143,7 +144,7 @@ FusedPeers::FusedPeers(const std::string &dir, const std::string &source_dir, in
     const std::string python = dir + "/venv/bin/python";
     const std::vector<std::string> commands[count] = {
         {python, source_dir + "/torch_peer.py", std::to_string(threads)},
-        {dir + "/ggml_peer", std::to_string(threads)}};
+        {dir + (avx2 ? "/ggml_peer_avx2" : "/ggml_peer"), std::to_string(threads)}};
     for (size_t i = 0; i < count; i++) {
         FusedPeer &peer = peers_[i];
         if (!is_executable(commands[i][0])) {

@@ -63,11 +63,13 @@ struct FusedPeer {
 
 /**
  * The fused peers found in `dir` (made by bench/peers/setup.sh), started with `threads` threads.
- * Each is started if present; `source_dir` is the repository's bench/peers.
+ * Each is started if present; `source_dir` is the repository's bench/peers. With `avx2`, ggml is
+ * its AVX2 build (ggml_peer_avx2); PyTorch's ISA is capped by the environment it inherits
+ * (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA: bench_attention sets them).
  */
 class FusedPeers {
   public:
-    FusedPeers(const std::string &dir, const std::string &source_dir, int threads);
+    FusedPeers(const std::string &dir, const std::string &source_dir, int threads, bool avx2);
     ~FusedPeers();
     FusedPeers(const FusedPeers &) = delete;
     FusedPeers &operator=(const FusedPeers &) = delete;
