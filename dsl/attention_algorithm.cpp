@@ -743,15 +743,16 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
         Expr block = Halide::clamp(in.block_table(logical, b), 0, in.cache_extents[3] - 1);
         return at.defined() ? cache(at, k % block_size, h, block) : cache(k % block_size, h, block);
     };
-    s.k_heads(d, k, h, b) = s.widened(
-        Halide::select(k < cache_length, from_cache(in.k_cache, d), s.k_new(d, new_row, h, b)));
-    s.v_heads(d, k, h, b) = s.widened(
-        Halide::select(k < cache_length, from_cache(in.v_cache, d), s.v_new(d, new_row, h, b)));
+    // Most keys are the cache's: its value marked likely, Halide splits each loop over keys
+    // into the keys that read the cache alone and the new ones.
+    auto cache_or_new = [&](const Func &cache, const Expr &at, const Expr &new_value) {
+        return Halide::select(k < cache_length, Halide::likely(from_cache(cache, at)), new_value);
+    };
+    s.k_heads(d, k, h, b) = s.widened(cache_or_new(in.k_cache, d, s.k_new(d, new_row, h, b)));
+    s.v_heads(d, k, h, b) = s.widened(cache_or_new(in.v_cache, d, s.v_new(d, new_row, h, b)));
     if (quantized) {
-        s.k_scale(k, h, b) = Halide::select(k < cache_length, from_cache(in.k_scales, Expr()),
-                                            s.k_new_scales(new_row, h, b));
-        s.v_scale(k, h, b) = Halide::select(k < cache_length, from_cache(in.v_scales, Expr()),
-                                            s.v_new_scales(new_row, h, b));
+        s.k_scale(k, h, b) = cache_or_new(in.k_scales, Expr(), s.k_new_scales(new_row, h, b));
+        s.v_scale(k, h, b) = cache_or_new(in.v_scales, Expr(), s.v_new_scales(new_row, h, b));
     }
 }
 
