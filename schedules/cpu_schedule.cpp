@@ -39,28 +39,32 @@ int padded_row(int rows, int lanes) {
     return rows + 2 * lanes;
 }
 
+/** The outputs of vectorize_dot_products that share each load along its reduction. */
+struct DotProductBlock {
+    std::vector<std::pair<Var, int>> vars; ///< each bounded to its extent
+    bool vector_sums = false;              ///< one reduction for the whole block (see there)
+};
+
 /**
  * Vectorizes the reduction over `r` of `stage`'s update as dot products: r is split into
  * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
- * `at` for a block of outputs (the `block` vars, each bounded to its extent and unrolled, so
- * that they share each load along r), and one horizontal sum per output finishes them; with
- * `vector_sums`, one for the whole block instead, its outputs' vectors reduced together into a
- * vector of outputs (a transposing tree of shuffles and adds: the split-KV scores of four heads
- * took 94 instructions per key rather than 118, AVX-512). `outer_r` lists the update's other
- * reduction loops, which run outside r.
+ * `at` for a block of outputs (`block.vars`, each bounded to its extent and unrolled, so that
+ * they share each load along r), and one horizontal sum per output finishes them; with
+ * `block.vector_sums`, one for the whole block instead, its outputs' vectors reduced together
+ * into a vector of outputs (a transposing tree of shuffles and adds: the split-KV scores of four
+ * heads took 94 instructions per key rather than 118, AVX-512). `outer_r` lists the update's
+ * other reduction loops, which run outside r.
  */
 void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
-                            const Halide::LoopLevel &at,
-                            const std::vector<std::pair<Var, int>> &block,
-                            const std::vector<Halide::RVar> &outer_r = {},
-                            bool vector_sums = false) {
+                            const Halide::LoopLevel &at, const DotProductBlock &block,
+                            const std::vector<Halide::RVar> &outer_r = {}) {
     Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
     Var lane{stage.name() + "_lane"};
     stage.update().split(r, r_outer, r_lane, lanes);
     Func partial = stage.update().rfactor(r_lane, lane);
     std::vector<Var> storage{lane};
     std::vector<Halide::VarOrRVar> order{lane};
-    for (const auto &[var, extent] : block) {
+    for (const auto &[var, extent] : block.vars) {
         storage.push_back(var);
         order.emplace_back(var);
     }
@@ -69,10 +73,10 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
     partial.compute_at(at).reorder_storage(storage).vectorize(lane);
     partial.update().reorder(order).vectorize(lane);
     stage.update().atomic().vectorize(r_lane);
-    for (const auto &[var, extent] : block) {
+    for (const auto &[var, extent] : block.vars) {
         partial.bound_extent(var, extent).unroll(var);
         partial.update().unroll(var);
-        if (vector_sums)
+        if (block.vector_sums)
             stage.update().vectorize(var);
         else
             stage.update().unroll(var);
@@ -176,7 +180,7 @@ void schedule_projection_in_place(const InPlaceProjection &projection, int lanes
         .unroll(row_var);
     const std::vector<Halide::RVar> rvars = stage.rvars(0);
     vectorize_dot_products(stage, rvars[0], r_lanes, Halide::LoopLevel(tiled, out_outer),
-                           {{out_var, tile_outputs}, {row_var, dot_rows}},
+                           {{{out_var, tile_outputs}, {row_var, dot_rows}}},
                            {rvars.begin() + 1, rvars.end()});
 }
 
@@ -491,7 +495,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // heads innermost, so that the statistics and probabilities are vectorized across heads.
     s.scores.compute_at(at).bound_extent(h, group).reorder_storage(h, k, q, b).reorder(h, k, q);
     vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
-                           {{h, group}}, {}, group > 1);
+                           {{{h, group}}, group > 1});
     s.scores.update().reorder(h, k, q, b);
     if (widens_cache_rows(s.spec))
         s.k_heads.compute_at(s.scores, k).vectorize(d, d_vec).unroll(d);
