@@ -39,12 +39,17 @@ Expr widen_f16(const Expr &half) {
     auto u32 = [](uint32_t constant) {
         return Halide::Internal::make_const(Halide::UInt(32), constant);
     };
-    Expr bits = cast<uint32_t>(reinterpret<uint16_t>(half));
-    Expr magnitude = (bits & u32(0x7fff)) << 13;
-    Expr finite = reinterpret<float>(magnitude) * 5.192296858534828e33f; // 2^112
-    Expr special = reinterpret<float>(magnitude | u32(0x7f800000));      // inf, NaN
-    Expr value = Halide::select(magnitude >= u32(0x7c00u << 13), special, finite);
-    return reinterpret<float>(reinterpret<uint32_t>(value) | ((bits & u32(0x8000)) << 16));
+    // Sign-extended and shifted: the sign in bit 31 (and 30..28), the exponent in bits 27..23
+    // and the mantissa in 22..13, where f32 keeps them. |half| < 2^15, so the shift cannot
+    // overflow.
+    Expr bits = reinterpret<uint32_t>(cast<int32_t>(reinterpret<int16_t>(half)) << 13);
+    // With bits 30..28 cleared, an f32 whose exponent is 112 too small: the multiply rebases it
+    // and makes subnormals exact, the sign riding along.
+    Expr finite = reinterpret<float>(bits & u32(0x8fffe000)) * 5.192296858534828e33f; // 2^112
+    // The largest exponent, 31, is inf or NaN: all exponent bits set, sign and mantissa kept.
+    Expr special = (bits & u32(0x0f800000)) == u32(0x0f800000);
+    return reinterpret<float>(reinterpret<uint32_t>(finite) |
+                              Halide::select(special, u32(0x7f800000), u32(0)));
 }
 
 Expr f32(const Expr &value, bool native_f16) {

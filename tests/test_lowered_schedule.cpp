@@ -1016,8 +1016,9 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
 }
 
 /**
- * The casts from f16 to f32, and from 16-bit to 32-bit unsigned integers: widen_f16 widens an
- * f16's bits so (attention layers have no other 16-bit integers).
+ * The casts from f16 to f32, and the widenings of 16-bit signed integers to 32 bits: widen_f16
+ * sign-extends an f16's bits so (attention layers have no other 16-bit integers), a cast that
+ * Halide folds with the shift after it into widening_shift_left.
  */
 class HalfWidenings : public IRVisitor {
   public:
@@ -1029,7 +1030,13 @@ class HalfWidenings : public IRVisitor {
     void visit(const Cast *op) override {
         const Halide::Type from = op->value.type(), to = op->type;
         casts += from.is_float() && !from.is_bfloat() && from.bits() == 16;
-        integer_casts += from.is_uint() && from.bits() == 16 && to.is_uint() && to.bits() == 32;
+        integer_casts += from.is_int() && from.bits() == 16 && to.is_int() && to.bits() == 32;
+        IRVisitor::visit(op);
+    }
+
+    void visit(const Call *op) override {
+        integer_casts += op->is_intrinsic(Call::widening_shift_left) &&
+                         op->args[0].type().is_int() && op->args[0].type().bits() == 16;
         IRVisitor::visit(op);
     }
 };
