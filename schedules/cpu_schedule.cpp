@@ -504,10 +504,18 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     s.masked.compute_inline();
     // The row scales of i8 keys and values (a cache's or the inputs'), once per key of the
     // task: inlined, each head's statistics, probabilities and P·V looked each one up again
-    // (a cache's choosing between its rows and the new ones).
-    for (Func scale : {s.k_scale, s.v_scale})
-        if (scale.defined())
-            scale.compute_at(at);
+    // (a cache's choosing between its rows and the new ones). A cache's, a vector of keys at a
+    // time from a multiple of the vector (its reads are clamped, so the few keys more cost
+    // nothing): where a paged cache's BLOCK is a multiple of the vector, Halide proves that a
+    // vector's keys share a block and loads their scales whole after one block-table lookup,
+    // not one per key.
+    for (Func scale : {s.k_scale, s.v_scale}) {
+        if (!scale.defined())
+            continue;
+        scale.compute_at(at);
+        if (s.spec.cache.any())
+            scale.align_bounds(s.k, lanes).vectorize(s.k, lanes);
+    }
 
     // The chunk's statistics and probabilities, vectorized across the group's heads, so the
     // reductions over keys need no horizontal steps.

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -235,12 +236,17 @@ std::map<std::string, Stmt> lower_layer_functions(
                 type, entry.name, attngen::halide_compat::Parameter(type, false, 0, entry.name));
         }
     }
-    // The pipeline's outputs: out, and a cached layer's new rows, as the generator makes them.
+    // The pipeline's outputs: out, and a cached layer's new rows (and an i8 cache's new rows'
+    // scales), as the generator makes them.
     std::map<std::string, Halide::Func> outputs{{"out", Halide::Func("out")}};
     attngen::AttentionInputs in = attngen::bind_inputs(spec, bound);
     if (spec.cache.any()) {
         in.k_new = outputs["k_new"] = Halide::Func("k_new");
         in.v_new = outputs["v_new"] = Halide::Func("v_new");
+        if (spec.resolved_cache_dtype() == attngen::DType::i8) {
+            in.k_new_scales = outputs["k_new_scales"] = Halide::Func("k_new_scales");
+            in.v_new_scales = outputs["v_new_scales"] = Halide::Func("v_new_scales");
+        }
     }
     attngen::AttentionStages stages = attngen::build_attention(
         spec, in, outputs.at("out"),
@@ -1013,6 +1019,57 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     for (const Stmt &body : lower_layer(plain, ""))
         body.accept(&prefill);
     CHECK(prefill.prefetches.empty());
+}
+
+/**
+ * The dense vector loads of each of `buffers`, and the loads of a paged cache's block table at a
+ * vector of indices (one lookup per key).
+ */
+class ScaleLoads : public IRVisitor {
+  public:
+    explicit ScaleLoads(std::set<std::string> buffers) : buffers_(std::move(buffers)) {}
+    std::map<std::string, int> dense;
+    int per_key_lookups = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::set<std::string> buffers_;
+
+    void visit(const Load *op) override {
+        if (buffers_.count(op->name)) {
+            const auto *ramp = op->index.as<Halide::Internal::Ramp>();
+            dense[op->name] += ramp != nullptr && Halide::Internal::is_const_one(ramp->stride);
+        }
+        per_key_lookups += op->name == "block_table" && op->type.is_vector();
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("an i8 cache's row scales are loaded a vector of keys at a time") {
+    // Split-KV decode over an i8 cache: each task reads its chunk's K and V scales as dense
+    // vectors. Where a paged cache's blocks hold whole vectors of keys, one block-table lookup
+    // serves a vector, never one per key. (The vector that straddles the cache's end and the
+    // new rows reads each key from one or the other.)
+    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
+                                "no_runtime");
+    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+    for (const std::string cache : {"paged(32)", "contiguous"}) {
+        for (const Halide::Target &target : {avx512, avx2}) {
+            INFO("cache " << cache << ", target " << target.to_string());
+            ScaleLoads found({"k_scales", "v_scales"});
+            for (const Stmt &body : lower_layer({{"heads", "8"},
+                                                 {"kv_heads", "2"},
+                                                 {"head_dim", "64"},
+                                                 {"mask", "causal"},
+                                                 {"cache", cache},
+                                                 {"cache_dtype", "i8"}},
+                                                "split_chunk=64", target))
+                body.accept(&found);
+            CHECK(found.dense["k_scales"] > 0);
+            CHECK(found.dense["v_scales"] > 0);
+            CHECK(found.per_key_lookups == 0);
+        }
+    }
 }
 
 /**
