@@ -506,15 +506,18 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // task: inlined, each head's statistics, probabilities and P·V looked each one up again
     // (a cache's choosing between its rows and the new ones). A cache's, a vector of keys at a
     // time from a multiple of the vector (its reads are clamped, so the few keys more cost
-    // nothing): where a paged cache's BLOCK is a multiple of the vector, Halide proves that a
-    // vector's keys share a block and loads their scales whole after one block-table lookup,
-    // not one per key.
+    // nothing), the vector no wider than divides a paged cache's BLOCK: then Halide proves that
+    // a vector's keys share a block and loads their scales whole after one block-table lookup;
+    // a wider vector would gather them with a lookup per key.
+    const int scale_vec = s.spec.cache.kind == CacheSpec::Kind::paged
+                              ? vector_width_dividing(s.spec.cache.block_size, lanes)
+                              : lanes;
     for (Func scale : {s.k_scale, s.v_scale}) {
         if (!scale.defined())
             continue;
         scale.compute_at(at);
-        if (s.spec.cache.any())
-            scale.align_bounds(s.k, lanes).vectorize(s.k, lanes);
+        if (s.spec.cache.any() && scale_vec > 1)
+            scale.align_bounds(s.k, scale_vec).vectorize(s.k, scale_vec);
     }
 
     // The chunk's statistics and probabilities, vectorized across the group's heads, so the

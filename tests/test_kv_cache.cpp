@@ -12,6 +12,7 @@
 #include "t_d32_cache_table.h"
 #include "t_d32_rope_neox.h"
 #include "t_d64_cache_i8_decode.h"
+#include "t_d64_cache_i8_paged_decode.h"
 #include "t_d64_cache_paged_decode.h"
 #include "t_mha_cache_decode.h"
 #include "t_mha_cache_paged.h"
@@ -116,6 +117,11 @@ TEST_CASE("a paged i8 cache with rotary embeddings, its blocks shuffled, matches
 TEST_CASE("chunked prefill and token-by-token decode match one prefill with an i8 cache in the "
           "split-KV decode form") {
     check_chunks_match_one_prefill(t_d64_cache_i8_decode_layer(), 5132);
+}
+
+TEST_CASE("a paged i8 cache in the split-KV decode form, in shuffled blocks of 8 keys (half an "
+          "AVX-512 vector), matches attention over the unquantized keys and values within 3e-2") {
+    check_steps_against_reference(t_d64_cache_i8_paged_decode_layer(), 5135);
 }
 
 TEST_CASE("an i8 cache in the split-KV decode form stays within its quantization's worst-case "
