@@ -32,15 +32,9 @@ bool bit_identical(const std::vector<float> &a, const std::vector<float> &b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-/** Restores automatic dispatch even when a check fails. */
-struct AutomaticDispatchOnExit {
-    ~AutomaticDispatchOnExit() { (void)attngen::force_cpu_variant(attngen::CpuVariant::automatic); }
-};
-
 } // namespace
 
 TEST_CASE("each variant of a multi-target library runs and matches the reference") {
-    AutomaticDispatchOnExit restore;
     const uint32_t seed = test_seed(2024);
     INFO("seed " << seed);
     for (const attngen::Layer *layer : {&t_d64_all_masks_layer(), &t_mha_self_layer(),
@@ -49,25 +43,12 @@ TEST_CASE("each variant of a multi-target library runs and matches the reference
         std::vector<double> want = reference_attention(problem.reference());
         // A first call on automatic dispatch, so that forcing has to work after it.
         REQUIRE(run_problem(*layer, problem).status.ok());
-        for (int i = 0; i < layer->variant_count; i++) {
-            const attngen::LayerVariant &variant = layer->variants[i];
-            const std::string name = attngen::cpu_variant_name(variant.cpu);
-            INFO("layer " << layer->info.name << ", variant " << variant.target);
-            attngen::Status forced = attngen::force_cpu_variant(variant.cpu);
-            if (!forced.ok()) {
-                // e.g. avx512 is compile-only on machines without it.
-                CHECK(forced.message() == "attngen: cannot force CPU variant " + name +
-                                              ": this CPU does not support it");
-                WARN("skipping " << variant.target << ": " << forced.message());
-                continue;
-            }
+        for_each_cpu_variant(*layer, [&] {
             Outcome outcome = run_problem(*layer, problem);
             INFO(outcome.status.message());
             REQUIRE(outcome.status.ok());
-            CHECK(attngen::last_cpu_variant() == variant.cpu);
-            CHECK(std::string(attngen::last_target()) == variant.target);
             CHECK(relative_error(outcome.values, want) <= tolerance_for(layer->info.dtype));
-        }
+        });
     }
 }
 

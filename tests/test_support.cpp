@@ -697,4 +697,24 @@ void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Pre
     }
 }
 
+void for_each_cpu_variant(const attngen::Layer &layer, const std::function<void()> &check) {
+    AutomaticDispatchOnExit restore;
+    for (int i = 0; i < layer.variant_count; i++) {
+        const attngen::LayerVariant &variant = layer.variants[i];
+        const std::string name = attngen::cpu_variant_name(variant.cpu);
+        INFO("layer " << layer.info.name << ", variant " << variant.target);
+        const attngen::Status forced = attngen::force_cpu_variant(variant.cpu);
+        if (!forced.ok()) {
+            // e.g. avx512 is compile-only on machines without it.
+            CHECK(forced.message() ==
+                  "attngen: cannot force CPU variant " + name + ": this CPU does not support it");
+            WARN("skipping " << variant.target << ": " << forced.message());
+            continue;
+        }
+        check();
+        CHECK(attngen::last_cpu_variant() == variant.cpu);
+        CHECK(std::string(attngen::last_target()) == variant.target);
+    }
+}
+
 } // namespace attngen_test

@@ -172,4 +172,17 @@ using Prepare = std::function<void(Problem &, ReferenceProblem &)>;
 void check_non_finite(const attngen::Layer &layer, uint32_t base_seed, const Prepare &prepare = {},
                       double tolerance = 0.0);
 
+/** Restores automatic dispatch even when a check fails. */
+struct AutomaticDispatchOnExit {
+    ~AutomaticDispatchOnExit() { (void)attngen::force_cpu_variant(attngen::CpuVariant::automatic); }
+};
+
+/**
+ * Runs `check` once for each x86 variant of `layer` (AVX-512, AVX2, baseline) with that variant
+ * forced, and checks that the calls inside ran it; automatic dispatch is restored afterwards,
+ * even when a check fails. A variant this CPU cannot run must be refused by name, and is
+ * skipped with a warning.
+ */
+void for_each_cpu_variant(const attngen::Layer &layer, const std::function<void()> &check);
+
 } // namespace attngen_test
