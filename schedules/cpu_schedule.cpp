@@ -506,9 +506,10 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     // task: inlined, each head's statistics, probabilities and P·V looked each one up again
     // (a cache's choosing between its rows and the new ones). A cache's, a vector of keys at a
     // time from a multiple of the vector (its reads are clamped, so the few keys more cost
-    // nothing), the vector no wider than divides a paged cache's BLOCK: then Halide proves that
-    // a vector's keys share a block and loads their scales whole after one block-table lookup;
-    // a wider vector would gather them with a lookup per key.
+    // nothing); for a paged cache, the widest power of two, at most the vector, that divides
+    // BLOCK (scalar for an odd BLOCK): then Halide proves that a vector's keys share a block
+    // and loads their scales whole after one block-table lookup, where a vector that crossed
+    // blocks would gather them with a lookup per key.
     const int scale_vec = s.spec.cache.kind == CacheSpec::Kind::paged
                               ? vector_width_dividing(s.spec.cache.block_size, lanes)
                               : lanes;

@@ -100,10 +100,11 @@ TEST_CASE("a contiguous cache after multi-query projections in the decode form m
     check_steps_against_reference(t_mha_cache_decode_layer(), 5105);
 }
 
-TEST_CASE("every x86 variant of the cached layers (f32, f16 and i8 caches, contiguous and paged, "
+TEST_CASE("every CPU variant of the cached layers (f32, f16 and i8 caches, contiguous and paged, "
           "flash and split-KV decode forms) matches attention over each sequence's history") {
-    // The tests above run the variant this CPU dispatches to; AVX2 and the baseline have
-    // vectors of their own width (the i8 scales' vectors, the P·V register blocks).
+    // The other tests in this file run the variant this CPU dispatches to; the others have
+    // vectors of their own width (on x86 AVX2's and the baseline's: the i8 scales' vectors,
+    // the P·V register blocks).
     for (const attngen::Layer *layer :
          {&t_d32_cache_layer(), &t_d32_cache_i8_layer(), &t_d64_cache_paged_decode_layer(),
           &t_d64_cache_i8_decode_layer(), &t_d64_cache_i8_paged_decode_layer(),

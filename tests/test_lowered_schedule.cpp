@@ -1047,14 +1047,16 @@ class ScaleLoads : public IRVisitor {
 
 TEST_CASE("an i8 cache's row scales are loaded a vector of keys at a time") {
     // Split-KV decode over an i8 cache: each task reads its chunk's K and V scales as dense
-    // vectors. One block-table lookup serves a vector, never one per key: the vector is no
-    // wider than a paged cache's BLOCK (8 keys on AVX-512, whose vector is 16; 4 on both).
+    // vectors. One block-table lookup serves a vector, never one per key: the vector is the
+    // widest power of two, at most the vector, that divides a paged cache's BLOCK (paged(8): 8
+    // keys on AVX-512, whose vector is 16; paged(12) and paged(4): 4 on both).
     // (The vector that straddles the cache's end and the new rows reads each key from one or
     // the other.)
     const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
                                 "no_runtime");
     const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
-    for (const std::string cache : {"paged(32)", "paged(8)", "paged(4)", "contiguous"}) {
+    for (const std::string cache :
+         {"paged(32)", "paged(12)", "paged(8)", "paged(4)", "contiguous"}) {
         for (const Halide::Target &target : {avx512, avx2}) {
             INFO("cache " << cache << ", target " << target.to_string());
             ScaleLoads found({"k_scales", "v_scales"});

@@ -701,6 +701,8 @@ void for_each_cpu_variant(const attngen::Layer &layer, const std::function<void(
     AutomaticDispatchOnExit restore;
     for (int i = 0; i < layer.variant_count; i++) {
         const attngen::LayerVariant &variant = layer.variants[i];
+        if (variant.device != attngen::Device::cpu)
+            continue;
         const std::string name = attngen::cpu_variant_name(variant.cpu);
         INFO("layer " << layer.info.name << ", variant " << variant.target);
         const attngen::Status forced = attngen::force_cpu_variant(variant.cpu);

@@ -178,10 +178,10 @@ struct AutomaticDispatchOnExit {
 };
 
 /**
- * Runs `check` once for each x86 variant of `layer` (AVX-512, AVX2, baseline) with that variant
- * forced, and checks that the calls inside ran it; automatic dispatch is restored afterwards,
- * even when a check fails. A variant this CPU cannot run must be refused by name, and is
- * skipped with a warning.
+ * Runs `check` once for each CPU variant of `layer` (AVX-512, AVX2 and baseline on x86;
+ * arm_fp16 and baseline on AArch64) with that variant forced, and checks that the calls inside
+ * ran it; automatic dispatch is restored afterwards, even when a check fails. A variant this CPU
+ * cannot run must be refused by name, and is skipped with a warning; a GPU variant is skipped.
  */
 void for_each_cpu_variant(const attngen::Layer &layer, const std::function<void()> &check);
 
