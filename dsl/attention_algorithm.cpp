@@ -40,6 +40,31 @@ using Halide::Var;
 namespace {
 
 /**
+ * Rows of `width` elements from `rows` (d, t, h, b) rounded to integers (8 bits up to a limit of
+ * 127, else 16) at a scale per row: `scales` (t, h, b) = max |x| / limit over the row, and
+ * `values` = round(x / scale) (ties to even), in [-limit, limit]; 0 where the scale is 0 or not
+ * finite (a NaN or an infinity in the row, which the scale then holds). An i8 cache's new rows
+ * (limit 127), and the queries of AlgorithmOptions::integer_scores.
+ */
+void define_quantized(const AttentionStages &s, Func rows, Func values, Func scales, int width,
+                      int limit = 127) {
+    const Halide::Type type = limit <= 127 ? Halide::Int(8) : Halide::Int(16);
+    Var d = s.d, k = s.k, h = s.h, b = s.b;
+    RDom r(0, width, "r_row");
+    // The largest magnitude by its bits: for magnitudes, integer order is float order, and NaN
+    // and the infinities lie above every finite value (a float max under fast-math flags may
+    // drop a NaN).
+    Expr magnitude = Halide::reinterpret<int32_t>(rows(r, k, h, b)) & 0x7fffffff;
+    const float top = static_cast<float>(limit);
+    scales(k, h, b) = Halide::reinterpret<float>(Halide::maximum(magnitude)) / top;
+    Expr scale = scales(k, h, b);
+    Expr scale_bits = Halide::reinterpret<int32_t>(scale);
+    Expr usable = scale_bits > 0 && scale_bits < bits_of(std::numeric_limits<float>::infinity());
+    Expr rounded = Halide::clamp(Halide::round(rows(d, k, h, b) / scale), -top, top);
+    values(d, k, h, b) = Halide::cast(type, Halide::select(usable, rounded, 0.0f));
+}
+
+/**
  * Defines scores and masked in `t`, whose q_heads and k_heads are defined: S = (scale * Q) K^T,
  * the bias, the score_mod, and every key a mask hides replaced by `lowest` on its bits.
  */
@@ -51,13 +76,27 @@ void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     Expr position = query_position(q, in, options);
     // q_heads carries the scale. Query head h reads kv head h / group.
     Expr kv_head = h / spec.group_size();
-    t.scores(k, q, h, b) = 0.0f;
-    t.scores(k, q, h, b) +=
-        t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
-
-    // An i8 cache's keys are integers: the row's scale multiplies the dot product once.
-    Expr score = t.k_scale.defined() ? t.scores(k, q, h, b) * t.k_scale(k, kv_head, b)
-                                     : Expr(t.scores(k, q, h, b));
+    Expr score;
+    if (options.integer_scores && t.k_codes.defined()) {
+        // The key's bytes against the query's 16-bit codes, summed exactly in 32 bits; both
+        // rows' scales multiply the sum once.
+        const int head_dim = spec.resolved_head_dim();
+        define_quantized(t, t.q_heads, t.q_codes, t.q_code_scale, head_dim,
+                         query_code_limit(head_dim));
+        t.scores(k, q, h, b) = 0;
+        t.scores(k, q, h, b) +=
+            Halide::cast<int32_t>(t.q_codes(t.r_head_dim, q, h, b)) *
+            Halide::cast<int32_t>(Halide::cast<int16_t>(t.k_codes(t.r_head_dim, k, kv_head, b)));
+        score = Halide::cast<float>(t.scores(k, q, h, b)) *
+                (t.q_code_scale(q, h, b) * t.k_scale(k, kv_head, b));
+    } else {
+        t.scores(k, q, h, b) = 0.0f;
+        t.scores(k, q, h, b) +=
+            t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
+        // An i8 cache's keys are integers: the row's scale multiplies the dot product once.
+        score = t.k_scale.defined() ? t.scores(k, q, h, b) * t.k_scale(k, kv_head, b)
+                                    : Expr(t.scores(k, q, h, b));
+    }
     // The expressions see a cached layer's queries at their positions in the sequence.
     Expr expression_q = spec.cache.any() ? position + in.cache_lengths(b) : position;
     Expr visible = predicates_visible(spec, in, k, expression_q, h, b);
@@ -544,6 +583,12 @@ RowResult define_softmax(AttentionStages &t, const AttentionInputs &in,
 
 } // namespace
 
+int query_code_limit(int head_dim) {
+    // head_dim products of at most limit * 128 each, summed in an int32.
+    const int64_t fits = std::numeric_limits<int32_t>::max() / (int64_t{128} * head_dim);
+    return static_cast<int>(std::min<int64_t>(std::numeric_limits<int16_t>::max(), fits));
+}
+
 AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     AlgorithmOptions options = requested;
     if ((options.form == AttentionForm::chunks && options.chunk_keys <= 0) ||
@@ -670,26 +715,6 @@ std::string buffer_name(const Func &input) {
 }
 
 /**
- * An i8 cache's new rows of `width` elements from `rows` (d, t, h, b): `scales` (t, h, b) =
- * max |x| / 127 over the row, and `values` = round(x / scale) (ties to even), in [-127, 127]; 0
- * where the scale is 0 or not finite (a NaN or an infinity in the row, which the scale then holds).
- */
-void define_quantized(const AttentionStages &s, Func rows, Func values, Func scales, int width) {
-    Var d = s.d, k = s.k, h = s.h, b = s.b;
-    RDom r(0, width, "r_row");
-    // The largest magnitude by its bits: for magnitudes, integer order is float order, and NaN
-    // and the infinities lie above every finite value (a float max under fast-math flags may
-    // drop a NaN).
-    Expr magnitude = Halide::reinterpret<int32_t>(rows(r, k, h, b)) & 0x7fffffff;
-    scales(k, h, b) = Halide::reinterpret<float>(Halide::maximum(magnitude)) / 127.0f;
-    Expr scale = scales(k, h, b);
-    Expr scale_bits = Halide::reinterpret<int32_t>(scale);
-    Expr usable = scale_bits > 0 && scale_bits < bits_of(std::numeric_limits<float>::infinity());
-    Expr rounded = Halide::clamp(Halide::round(rows(d, k, h, b) / scale), -127.0f, 127.0f);
-    values(d, k, h, b) = Halide::cast<int8_t>(Halide::select(usable, rounded, 0.0f));
-}
-
-/**
  * A cached layer: `rows` are the new tokens' (d, t, h, b), t in query order. The new keys
  * (rotated) and values become k_new and v_new in the cache's type; a key k of sequence b is then
  * read from the cache below its cache length, and from k_new above it, so that new tokens see
@@ -748,7 +773,12 @@ void define_cached_heads(AttentionStages &s, const AttentionInputs &in, const He
     auto cache_or_new = [&](const Func &cache, const Expr &at, const Expr &new_value) {
         return Halide::select(k < cache_length, Halide::likely(from_cache(cache, at)), new_value);
     };
-    s.k_heads(d, k, h, b) = s.widened(cache_or_new(in.k_cache, d, s.k_new(d, new_row, h, b)));
+    Expr key = cache_or_new(in.k_cache, d, s.k_new(d, new_row, h, b));
+    if (quantized) {
+        s.k_codes(d, k, h, b) = key;
+        key = s.k_codes(d, k, h, b);
+    }
+    s.k_heads(d, k, h, b) = s.widened(key);
     s.v_heads(d, k, h, b) = s.widened(cache_or_new(in.v_cache, d, s.v_new(d, new_row, h, b)));
     if (quantized) {
         s.k_scale(k, h, b) = cache_or_new(in.k_scales, Expr(), s.k_new_scales(new_row, h, b));
@@ -835,7 +865,12 @@ void define_heads(AttentionStages &s, const AttentionInputs &in, float scale) {
         define_rotated_heads(s, in, {query, key, Func(), query_row}, scale);
     } else {
         s.q_heads(d, q, h, b) = s.widened(in.query(d, query_row, h, b)) * scale;
-        s.k_heads(d, k, h, b) = s.widened(in.key(d, Halide::clamp(k, 0, last_key), h, b));
+        Expr key = in.key(d, Halide::clamp(k, 0, last_key), h, b);
+        if (spec.resolved_kv_dtype() == DType::i8) {
+            s.k_codes(d, k, h, b) = key;
+            key = s.k_codes(d, k, h, b);
+        }
+        s.k_heads(d, k, h, b) = s.widened(key);
     }
     // The inputs a decode step streams through (AttentionStages::kv_prefetch_keys).
     s.kv_buffers = {buffer_name(in.key), buffer_name(in.value)};

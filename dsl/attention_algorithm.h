@@ -152,7 +152,23 @@ struct AlgorithmOptions {
      * a score_mod must see natural scores.
      */
     bool polynomial_exp = false;
+    /**
+     * i8 keys (a cache's or the inputs'): each score is an exact 32-bit integer dot product of
+     * the key's bytes with the query rounded to 16 bits at a scale of its own (q_codes), then
+     * times both rows' scales, rather than an f32 dot product of the widened bytes. x86 has it
+     * in one instruction per pair of elements (pmaddwd). The rounding moves each query element
+     * by at most max|q| / (2 query_code_limit); a query row holding a NaN or an infinity gets
+     * NaN scores. Needs an even head_dim.
+     */
+    bool integer_scores = false;
 };
+
+/**
+ * The largest magnitude of a query's 16-bit codes (AlgorithmOptions::integer_scores): 32767,
+ * or less where head_dim products of it and 128 (an i8 key's largest magnitude) would pass
+ * the 32-bit sum.
+ */
+int query_code_limit(int head_dim);
 
 /**
  * The options build_attention writes a spec in: `requested` with what does not apply to its
@@ -216,6 +232,13 @@ struct AttentionStages {
      * these once per key. Undefined otherwise.
      */
     Halide::Func k_scale{"key_scale"}, v_scale{"value_scale"};
+    /**
+     * i8 keys' bytes (d, k, hkv, b) as stored, which k_heads widens; undefined for other
+     * dtypes. With AlgorithmOptions::integer_scores, the scores read these, and q_codes (d, q,
+     * h, b) int16 = round(q_heads / q_code_scale), q_code_scale (q, h, b) = max |q_heads| /
+     * query_code_limit over the row (0 codes where it is 0 or not finite).
+     */
+    Halide::Func k_codes{"key_codes"}, q_codes{"query_codes"}, q_code_scale{"query_code_scale"};
     Halide::Var pair{"pair"}, position{"position"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};

@@ -43,27 +43,34 @@ int padded_row(int rows, int lanes) {
 struct DotProductBlock {
     std::vector<std::pair<Var, int>> vars; ///< each bounded to its extent
     bool vector_sums = false;              ///< one reduction for the whole block (see there)
+    int pair = 1; ///< elements of r per lane and step: 2 for an integer dot product's pmaddwd
 };
 
 /**
  * Vectorizes the reduction over `r` of `stage`'s update as dot products: r is split into
- * vectors (rfactor), each output keeps one vector of partial sums in registers, computed at
- * `at` for a block of outputs (`block.vars`, each bounded to its extent and unrolled, so that
- * they share each load along r), and one horizontal sum per output finishes them; with
- * `block.vector_sums`, one for the whole block instead, its outputs' vectors reduced together
- * into a vector of outputs (a transposing tree of shuffles and adds: the split-KV scores of four
- * heads took 94 instructions per key rather than 118, AVX-512). `outer_r` lists the update's
- * other reduction loops, which run outside r.
+ * vectors (rfactor) of `lanes` partial sums, each over `block.pair` adjacent elements a step,
+ * each output keeps one vector of partial sums in registers, computed at `at` for a block of
+ * outputs (`block.vars`, each bounded to its extent and unrolled, so that they share each load
+ * along r), and one horizontal sum per output finishes them; with `block.vector_sums`, one for the
+ * whole block instead, its outputs' vectors reduced together into a vector of outputs (a
+ * transposing tree of shuffles and adds: the split-KV scores of four heads took 94 instructions per
+ * key rather than 118, AVX-512). `outer_r` lists the update's other reduction loops, which run
+ * outside r.
  */
 void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
                             const Halide::LoopLevel &at, const DotProductBlock &block,
                             const std::vector<Halide::RVar> &outer_r = {}) {
-    Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"};
+    const int pair = block.pair;
+    Halide::RVar r_outer{"r_outer"}, r_lane{"r_lane"}, r_pair{"r_pair"};
     Var lane{stage.name() + "_lane"};
-    stage.update().split(r, r_outer, r_lane, lanes);
+    stage.update().split(r, r_outer, r_lane, lanes * pair);
+    if (pair > 1)
+        stage.update().split(r_lane, r_lane, r_pair, pair);
     Func partial = stage.update().rfactor(r_lane, lane);
     std::vector<Var> storage{lane};
     std::vector<Halide::VarOrRVar> order{lane};
+    if (pair > 1)
+        order.insert(order.begin(), r_pair);
     for (const auto &[var, extent] : block.vars) {
         storage.push_back(var);
         order.emplace_back(var);
@@ -71,7 +78,10 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
     order.emplace_back(r_outer);
     order.insert(order.end(), outer_r.begin(), outer_r.end());
     partial.compute_at(at).reorder_storage(storage).vectorize(lane);
-    partial.update().reorder(order).vectorize(lane);
+    partial.update().reorder(order);
+    if (pair > 1)
+        partial.update().atomic().vectorize(r_pair);
+    partial.update().vectorize(lane);
     stage.update().atomic().vectorize(r_lane);
     for (const auto &[var, extent] : block.vars) {
         partial.bound_extent(var, extent).unroll(var);
@@ -462,6 +472,35 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
 }
 
 /**
+ * The split-KV form's scores (schedule_split_kv), per task at `at`: per key, the group's dot
+ * products accumulate vectors of head_dim that share each load of K; one reduction per key sums
+ * them into a vector of the group's scores. Stored heads innermost, so that the statistics and
+ * probabilities are vectorized across heads. With integer scores (i8 keys,
+ * AlgorithmOptions::integer_scores), pairs of elements a lane (pmaddwd), the keys' bytes read in
+ * place.
+ */
+void schedule_split_kv_scores(AttentionStages &s, const Halide::LoopLevel &at, int lanes) {
+    const int group = s.spec.group_size();
+    const int head_dim = s.spec.resolved_head_dim();
+    const int d_vec = vector_width_dividing(head_dim, lanes);
+    const bool integer = s.q_codes.defined();
+    const int dot_vec = integer ? vector_width_dividing(head_dim / 2, lanes) : d_vec;
+    Var d = s.d, k = s.k, h = s.h, q = s.q, b = s.b;
+    s.scores.compute_at(at).bound_extent(h, group).reorder_storage(h, k, q, b).reorder(h, k, q);
+    vectorize_dot_products(s.scores, s.r_head_dim.x, dot_vec, Halide::LoopLevel(s.scores, k),
+                           {{{h, group}}, group > 1, integer ? 2 : 1});
+    s.scores.update().reorder(h, k, q, b);
+    if (widens_cache_rows(s.spec) && !integer)
+        s.k_heads.compute_at(s.scores, k).vectorize(d, d_vec).unroll(d);
+    // The group's scaled queries (and their codes), once per task rather than once per key.
+    s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
+    if (integer) {
+        s.q_code_scale.compute_at(at).bound_extent(h, group);
+        s.q_codes.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
+    }
+}
+
+/**
  * The split-KV form (the chunks form with split_chunk), for decode shapes where a query tile would
  * be mostly empty. One parallel task per (chunk, kv head, batch) computes the chunk's partials for
  * every query and every query head of the kv head's group: scores, statistics, probabilities
@@ -475,8 +514,7 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
 void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &target) {
     const int lanes = target.natural_vector_size<float>();
     const int group = s.spec.group_size();
-    // Vectors along head_dim in the scores, along value_dim in P·V and the outputs.
-    const int d_vec = vector_width_dividing(s.spec.resolved_head_dim(), lanes);
+    // Vectors along value_dim in P·V and the outputs.
     const int v_vec = vector_width_dividing(s.spec.resolved_value_dim(), lanes);
     Var d = s.d, q = s.q, k = s.k, h = s.h, b = s.b, j = s.j;
     Var kv{"kv"}, g{"g"}, task{"chunk_task"};
@@ -490,17 +528,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .parallel(task);
     const Halide::LoopLevel at(s.partials, task);
 
-    // Scores: per key, the group's dot products accumulate vectors of head_dim that share each
-    // load of K; one reduction per key sums them into a vector of the group's scores. Stored
-    // heads innermost, so that the statistics and probabilities are vectorized across heads.
-    s.scores.compute_at(at).bound_extent(h, group).reorder_storage(h, k, q, b).reorder(h, k, q);
-    vectorize_dot_products(s.scores, s.r_head_dim.x, d_vec, Halide::LoopLevel(s.scores, k),
-                           {{{h, group}}, group > 1});
-    s.scores.update().reorder(h, k, q, b);
-    if (widens_cache_rows(s.spec))
-        s.k_heads.compute_at(s.scores, k).vectorize(d, d_vec).unroll(d);
-    // The group's scaled queries, once per task rather than once per key.
-    s.q_heads.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
+    schedule_split_kv_scores(s, at, lanes);
     s.masked.compute_inline();
     // The row scales of i8 keys and values (a cache's or the inputs'), once per key of the
     // task: inlined, each head's statistics, probabilities and P·V looked each one up again

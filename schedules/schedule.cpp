@@ -360,6 +360,11 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;
         options.native_f16 = halide_compat::converts_f16_in_hardware(target);
+        // i8 keys' scores in pmaddwd, a pair of elements an instruction: the split-KV scores'
+        // per-key work (docs/cache.md). Elsewhere: no such instruction for these loops
+        // (AArch64's is i8 x i8), or the flash form's tiles, not measured with it.
+        options.integer_scores =
+            split && target.arch == Halide::Target::X86 && spec.resolved_head_dim() % 2 == 0;
         break;
     }
     case ResolvedSchedule::Family::gpu:

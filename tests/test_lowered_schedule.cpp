@@ -329,6 +329,13 @@ class StepsInsideTheirTest : public IRVisitor {
     }
 };
 
+/** The targets the tests lower for, without a runtime (the layer's own code alone). */
+const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
+                            "no_runtime");
+const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
+const Halide::Target sse41("x86-64-linux-sse41-no_runtime");
+const Halide::Target arm("arm-64-linux-no_runtime");
+
 /** The bodies of lower_layer_functions. */
 std::vector<Stmt>
 lower_layer(const std::map<std::string, std::string> &params, const std::string &schedule_params,
@@ -599,8 +606,6 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
 TEST_CASE("compile and tune start from the same CPU defaults, which follow the dtype") {
     // `attngen tune` seeds its search and measures its "defaults" trial with
     // cpu_schedule_params; compile resolves an empty parameter list to the same values.
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41");
-    const Halide::Target arm("arm-64-linux");
     const std::map<std::string, std::string> mha = {
         {"model_dim", "64"}, {"heads", "4"}, {"projections", "q,k,v,out"}};
     std::map<std::string, std::string> mha_f16 = mha;
@@ -634,7 +639,6 @@ TEST_CASE("compile and tune start from the same CPU defaults, which follow the d
 }
 
 TEST_CASE("V is copied aligned in the forms that copy_values names") {
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
     const Halide::Target avx512(
         "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-no_runtime");
     auto layer = [](const std::string &head_dim, const std::string &dtype) {
@@ -704,9 +708,6 @@ TEST_CASE("with a structured mask, each P·V block visits its own keys") {
 TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
     // A register tile of P·V (part_out's rfactor intermediate, constant size) and a loop over
     // blocks of keys (r_values' y) on 32-register AVX-512; one loop over the keys on AVX2.
-    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
-                                "no_runtime");
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
     for (const std::string mask : {"none", "causal+padding"}) {
         for (const auto &[target, blocks] : {std::pair{avx512, true}, std::pair{avx2, false}}) {
             INFO("mask " << mask << ", target " << target.to_string());
@@ -976,10 +977,6 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     // loops over keys that read K and V prefetch the rows they read some keys later, beside
     // the loads. A split-KV decode without a cache does the same with its key and value
     // inputs; prefill schedules, which read K and V in tiles, prefetch nothing.
-    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
-                                "no_runtime");
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
-    const Halide::Target arm("arm-64-linux-no_runtime");
     for (const std::string cache : {"paged(16)", "contiguous"}) {
         for (const std::string dtype : {"f32", "f16"}) {
             for (const Halide::Target &target : {avx512, avx2, arm}) {
@@ -1052,9 +1049,6 @@ TEST_CASE("an i8 cache's row scales are loaded a vector of keys at a time") {
     // keys on AVX-512, whose vector is 16; paged(12) and paged(4): 4 on both).
     // (The vector that straddles the cache's end and the new rows reads each key from one or
     // the other.)
-    const Halide::Target avx512("x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-"
-                                "no_runtime");
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
     for (const std::string cache :
          {"paged(32)", "paged(12)", "paged(8)", "paged(4)", "contiguous"}) {
         for (const Halide::Target &target : {avx512, avx2}) {
@@ -1072,6 +1066,64 @@ TEST_CASE("an i8 cache's row scales are loaded a vector of keys at a time") {
             CHECK(found.dense["v_scales"] > 0);
             CHECK(found.per_key_lookups == 0);
         }
+    }
+}
+
+/**
+ * The 32-bit integer vector sums of pairs of lanes: the integer scores' partial sums (Halide
+ * emits x86's pmaddwd for such a sum of products of 16-bit integers).
+ */
+class IntegerDotProducts : public IRVisitor {
+  public:
+    int pair_sums = 0;
+
+  private:
+    using IRVisitor::visit;
+
+    void visit(const VectorReduce *op) override {
+        const Halide::Type type = op->type;
+        pair_sums += op->op == VectorReduce::Add && type.is_int() && type.bits() == 32 &&
+                     op->value.type().lanes() == 2 * type.lanes();
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("i8 keys' scores are integer dot products in the x86 split-KV decode form") {
+    // The key's bytes against the query rounded to 16 bits (AlgorithmOptions::integer_scores),
+    // summed a pair of elements per lane, as pmaddwd does: on every x86 vector width, for an
+    // i8 cache (contiguous and paged) and i8 key inputs. Not for f16 keys, the flash form or
+    // AArch64, which keep f32 dot products.
+    const std::map<std::string, std::string> gqa{
+        {"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}, {"mask", "causal"}};
+    auto with = [&](std::map<std::string, std::string> extra) {
+        extra.insert(gqa.begin(), gqa.end());
+        return extra;
+    };
+    struct Case {
+        std::map<std::string, std::string> params;
+        std::string schedule_params;
+        Halide::Target target;
+        bool integer;
+    };
+    const std::vector<Case> cases = {
+        {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "split_chunk=64", avx512, true},
+        {with({{"cache", "paged(16)"}, {"cache_dtype", "i8"}}), "split_chunk=64", avx2, true},
+        {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "split_chunk=64", sse41, true},
+        {with({{"kv_dtype", "i8"}}), "split_chunk=64", avx2, true},
+        {with({{"cache", "contiguous"}, {"cache_dtype", "f16"}}), "split_chunk=64", avx2, false},
+        {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "", avx2, false},
+        {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "split_chunk=64", arm, false},
+    };
+    for (const Case &c : cases) {
+        std::ostringstream described;
+        for (const auto &[key, value] : c.params)
+            described << key << "=" << value << " ";
+        INFO(described.str() << "'" << c.schedule_params << "' " << c.target.to_string());
+        IntegerDotProducts found;
+        for (const Stmt &body : lower_layer(c.params, c.schedule_params, c.target,
+                                            c.target.arch == Halide::Target::ARM ? "arm" : "x86"))
+            body.accept(&found);
+        CHECK((found.pair_sums > 0) == c.integer);
     }
 }
 
@@ -1104,8 +1156,6 @@ class HalfWidenings : public IRVisitor {
 TEST_CASE("f16 widens with the conversion instruction where Halide emits one") {
     // Halide 21 turns a cast of f16 to f32 into F16C's conversion on x86 (every AVX2 target);
     // Halide 14 emulates it, slower than attngen's own integer sequence (widen_f16).
-    const Halide::Target avx2("x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime");
-    const Halide::Target sse41("x86-64-linux-sse41-no_runtime");
     for (const Halide::Target &target : {avx2, sse41}) {
         const bool native = attngen::halide_compat::converts_f16_in_hardware(target);
         INFO("target " << target.to_string() << ", Halide " << ATTNGEN_HALIDE_MAJOR);

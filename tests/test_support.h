@@ -110,6 +110,13 @@ void check_refused(const attngen::Layer &layer, const attngen::Arguments &args,
 double i8_error_bound(int head_dim, double scale);
 
 /**
+ * The worst-case error that rounding the queries to 16 bits adds (the x86 split-KV form's
+ * integer scores over i8 keys, AlgorithmOptions::integer_scores), for |q|, |K|, |V| <= 1:
+ * check_against_reference adds it to an i8-key layer's tolerance.
+ */
+double query_rounding_error(int head_dim, double scale);
+
+/**
  * A batched sequence tensor's first lengths[b] rows of each batch entry, end to end, as a packed
  * layer takes them: (B, heads, L, W) becomes (T, heads, W) and (B, L, W) becomes (T, W), in the
  * tensor's dtype. `view` reads `bytes`.
@@ -139,7 +146,8 @@ std::vector<Shape> decode_shapes();
 
 /**
  * Runs `layer` on random problems of every shape (shapes_for(seed) unless given) and checks each
- * against the double-precision reference within tolerance_for(dtype), and a layer's lse (outputs
+ * against the double-precision reference within tolerance_for(dtype) (plus
+ * query_rounding_error for i8 keys), and a layer's lse (outputs
  * = out, lse) within lse_tolerance.
  */
 void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
