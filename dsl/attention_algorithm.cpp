@@ -10,8 +10,9 @@
 //
 // (With sinks, row_sum gains exp(sinks(h) - row_max): see normalized. With outputs = out, lse,
 // lse(q) = row_max + log(row_sum) in natural units, -inf where row_sum is 0: see log_sum_exp.)
-// define_masked_scores and define_whole_rows, first below, define exactly this. The other forms
-// compute the same output in another order (AttentionForm), each in a function of its own:
+// define_masked_scores and define_whole_rows, first below, define exactly this (with
+// AlgorithmOptions::integer_scores, i8 keys' scores use queries rounded to 16 bits). The other
+// forms compute the same output in another order (AttentionForm), each in a function of its own:
 // define_chunks and define_online, with define_combine. Then the heads (projections, rotary
 // embeddings, a cache) and the output, and build_attention, which puts them together.
 //
@@ -66,7 +67,9 @@ void define_quantized(const AttentionStages &s, Func rows, Func values, Func sca
 
 /**
  * Defines scores and masked in `t`, whose q_heads and k_heads are defined: S = (scale * Q) K^T,
- * the bias, the score_mod, and every key a mask hides replaced by `lowest` on its bits.
+ * the bias, the score_mod, and every key a mask hides replaced by `lowest` on its bits. With
+ * integer_scores and i8 keys' bytes (k_codes), the scores are integer dot products of those with
+ * the queries' 16-bit codes (q_codes, defined here), times both rows' scales.
  */
 void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
     const AttentionSpec &spec = t.spec;
@@ -607,6 +610,11 @@ AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     }
     if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
         options.kv_value_block = 0;
+    // Integer scores are the split-KV form's (the chunks with whole-chunk statistics), whose
+    // schedule computes the query codes once per task; inlined, each score would recompute its
+    // row's scale.
+    if (!(options.form == AttentionForm::chunks && options.whole_chunk_statistics))
+        options.integer_scores = false;
     return options;
 }
 

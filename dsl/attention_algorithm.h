@@ -153,7 +153,9 @@ struct AlgorithmOptions {
      */
     bool polynomial_exp = false;
     /**
-     * i8 keys (a cache's or the inputs'): each score is an exact 32-bit integer dot product of
+     * The split-KV form (the chunks with whole_chunk_statistics; effective_options clears it
+     * elsewhere), with i8 keys (a cache's, or the inputs' without rotary embeddings, whose keys
+     * rotate in f32): each score is an exact 32-bit integer dot product of
      * the key's bytes with the query rounded to 16 bits at a scale of its own (q_codes), then
      * times both rows' scales, rather than an f32 dot product of the widened bytes. x86 has it
      * in one instruction per pair of elements (pmaddwd). The rounding moves each query element
@@ -234,9 +236,10 @@ struct AttentionStages {
     Halide::Func k_scale{"key_scale"}, v_scale{"value_scale"};
     /**
      * i8 keys' bytes (d, k, hkv, b) as stored, which k_heads widens; undefined for other
-     * dtypes. With AlgorithmOptions::integer_scores, the scores read these, and q_codes (d, q,
-     * h, b) int16 = round(q_heads / q_code_scale), q_code_scale (q, h, b) = max |q_heads| /
-     * query_code_limit over the row (0 codes where it is 0 or not finite).
+     * dtypes and for i8 key inputs with rotary embeddings (their keys rotate in f32). With
+     * AlgorithmOptions::integer_scores, the scores read these, and q_codes (d, q, h, b) int16 =
+     * round(q_heads / q_code_scale), q_code_scale (q, h, b) = max |q_heads| / query_code_limit over
+     * the row (0 codes where it is 0 or not finite).
      */
     Halide::Func k_codes{"key_codes"}, q_codes{"query_codes"}, q_code_scale{"query_code_scale"};
     Halide::Var pair{"pair"}, position{"position"};

@@ -639,8 +639,6 @@ TEST_CASE("compile and tune start from the same CPU defaults, which follow the d
 }
 
 TEST_CASE("V is copied aligned in the forms that copy_values names") {
-    const Halide::Target avx512(
-        "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-no_runtime");
     auto layer = [](const std::string &head_dim, const std::string &dtype) {
         return std::map<std::string, std::string>{
             {"heads", "4"}, {"head_dim", head_dim}, {"dtype", dtype}, {"mask", "causal"}};
@@ -1069,9 +1067,30 @@ TEST_CASE("an i8 cache's row scales are loaded a vector of keys at a time") {
     }
 }
 
+/** Whether an expression widens 16-bit integers to 32 bits (a cast or a widening multiply). */
+class WidensInt16 : public IRVisitor {
+  public:
+    bool found = false;
+
+  private:
+    using IRVisitor::visit;
+
+    static bool is_int16(const Expr &e) { return e.type().is_int() && e.type().bits() == 16; }
+
+    void visit(const Cast *op) override {
+        found |= is_int16(op->value) && op->type.bits() == 32;
+        IRVisitor::visit(op);
+    }
+
+    void visit(const Call *op) override {
+        found |= op->is_intrinsic(Call::widening_mul) && is_int16(op->args[0]);
+        IRVisitor::visit(op);
+    }
+};
+
 /**
- * The 32-bit integer vector sums of pairs of lanes: the integer scores' partial sums (Halide
- * emits x86's pmaddwd for such a sum of products of 16-bit integers).
+ * The 32-bit integer vector sums of pairs of lanes of 16-bit integers widened: the integer
+ * scores' partial sums (Halide emits x86's pmaddwd for such a sum of products).
  */
 class IntegerDotProducts : public IRVisitor {
   public:
@@ -1082,8 +1101,12 @@ class IntegerDotProducts : public IRVisitor {
 
     void visit(const VectorReduce *op) override {
         const Halide::Type type = op->type;
-        pair_sums += op->op == VectorReduce::Add && type.is_int() && type.bits() == 32 &&
-                     op->value.type().lanes() == 2 * type.lanes();
+        if (op->op == VectorReduce::Add && type.is_int() && type.bits() == 32 &&
+            op->value.type().lanes() == 2 * type.lanes()) {
+            WidensInt16 operands;
+            op->value.accept(&operands);
+            pair_sums += operands.found;
+        }
         IRVisitor::visit(op);
     }
 };
@@ -1091,8 +1114,9 @@ class IntegerDotProducts : public IRVisitor {
 TEST_CASE("i8 keys' scores are integer dot products in the x86 split-KV decode form") {
     // The key's bytes against the query rounded to 16 bits (AlgorithmOptions::integer_scores),
     // summed a pair of elements per lane, as pmaddwd does: on every x86 vector width, for an
-    // i8 cache (contiguous and paged) and i8 key inputs. Not for f16 keys, the flash form or
-    // AArch64, which keep f32 dot products.
+    // i8 cache (contiguous and paged) and i8 key inputs. Not for f16 keys, the flash form,
+    // AArch64, or i8 key inputs with rotary embeddings (their keys rotate in f32), which keep
+    // f32 dot products.
     const std::map<std::string, std::string> gqa{
         {"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "64"}, {"mask", "causal"}};
     auto with = [&](std::map<std::string, std::string> extra) {
@@ -1110,6 +1134,7 @@ TEST_CASE("i8 keys' scores are integer dot products in the x86 split-KV decode f
         {with({{"cache", "paged(16)"}, {"cache_dtype", "i8"}}), "split_chunk=64", avx2, true},
         {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "split_chunk=64", sse41, true},
         {with({{"kv_dtype", "i8"}}), "split_chunk=64", avx2, true},
+        {with({{"kv_dtype", "i8"}, {"rope", "neox"}}), "split_chunk=64", avx2, false},
         {with({{"cache", "contiguous"}, {"cache_dtype", "f16"}}), "split_chunk=64", avx2, false},
         {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "", avx2, false},
         {with({{"cache", "contiguous"}, {"cache_dtype", "i8"}}), "split_chunk=64", arm, false},

@@ -111,8 +111,7 @@ double i8_error_bound(int head_dim, double scale);
 
 /**
  * The worst-case error that rounding the queries to 16 bits adds (the x86 split-KV form's
- * integer scores over i8 keys, AlgorithmOptions::integer_scores), for |q|, |K|, |V| <= 1:
- * check_against_reference adds it to an i8-key layer's tolerance.
+ * integer scores over i8 keys, AlgorithmOptions::integer_scores), for |q|, |K|, |V| <= 1.
  */
 double query_rounding_error(int head_dim, double scale);
 
@@ -146,12 +145,12 @@ std::vector<Shape> decode_shapes();
 
 /**
  * Runs `layer` on random problems of every shape (shapes_for(seed) unless given) and checks each
- * against the double-precision reference within tolerance_for(dtype) (plus
- * query_rounding_error for i8 keys), and a layer's lse (outputs
- * = out, lse) within lse_tolerance.
+ * against the double-precision reference within tolerance_for(dtype) + extra_tolerance, and a
+ * layer's lse (outputs = out, lse) within lse_tolerance.
  */
 void check_against_reference(const attngen::Layer &layer, uint32_t base_seed,
-                             const std::vector<Shape> &extra_shapes = {});
+                             const std::vector<Shape> &extra_shapes = {},
+                             double extra_tolerance = 0.0);
 
 /**
  * A layer with sinks (and no projections) on sinks at the edges: 4, -inf (no sink), NaN, +inf,
