@@ -97,8 +97,11 @@ void vectorize_dot_products(Func stage, const Halide::RVar &r, int lanes,
  * make tasks for every core. */
 constexpr int gemm_task_outputs = 256;
 
-/** Accumulator vectors of a P·V register block of the split-KV schedule (half of 32). */
-constexpr int pv_register_accumulators = 16;
+/** Accumulator vectors of a P·V register block of the split-KV schedule: half the vector
+ *  registers (32 with AVX-512's 16 lanes, 16 with AVX2's 8). */
+int pv_register_accumulators(int lanes) {
+    return lanes >= 16 ? 16 : 8;
+}
 
 /**
  * Stores `weight(in, out)`, the caller's nn.Linear weight (in features contiguous),
@@ -417,6 +420,46 @@ bool widens_cache_rows(const AttentionSpec &spec) {
     return spec.cache.any() && spec.resolved_cache_dtype() != DType::f32;
 }
 
+/** The dtype V's rows are stored in: the cache's, or the inputs'. */
+DType stored_value_dtype(const AttentionSpec &spec) {
+    return spec.cache.any() ? spec.resolved_cache_dtype() : spec.resolved_kv_dtype();
+}
+
+/**
+ * The split-KV P·V register tile (cpu_kv_value_block): `heads` of the group's heads by
+ * `vectors` of a V row's vectors, and whether a block's V rows are first copied, widened to
+ * f32, into L1 (`copies`).
+ *
+ * Whole rows on AVX-512 (16 accumulators: two heads' rows at D = 128): the block's rows are
+ * read again from L1 for the group's other heads. Slices of rows for all the group's heads at
+ * once on AVX2 (8 accumulators, half a row at D = 128), and for the i8 rows of a contiguous
+ * cache or of the inputs, which are cheaper to widen again per slice (two instructions a
+ * vector) than to copy into L1 and read back per head.
+ *
+ * The copy, of a cache's rows only: in f16 or bf16, whose widening costs more than the copy; in
+ * i8, those of a paged cache (read in place, each slice would look its block up again) and on
+ * AVX2 (eight slices a row).
+ */
+struct ValueTile {
+    int heads;
+    int vectors;
+    bool copies;
+};
+
+ValueTile split_kv_value_tile(const AttentionSpec &spec, int row_vectors, int lanes) {
+    const int accumulators = pv_register_accumulators(lanes);
+    const int group = spec.group_size();
+    const bool paged = spec.cache.kind == CacheSpec::Kind::paged;
+    const bool i8_rows = stored_value_dtype(spec) == DType::i8;
+    const bool slices = accumulators < 16 || (i8_rows && !paged);
+    ValueTile tile{};
+    tile.vectors = slices ? largest_divisor_at_most(row_vectors, std::max(1, accumulators / group))
+                          : row_vectors;
+    tile.heads = largest_divisor_at_most(group, std::max(1, accumulators / tile.vectors));
+    tile.copies = widens_cache_rows(spec) && (!i8_rows || paged || accumulators < 16);
+    return tile;
+}
+
 /**
  * The split-KV form's P·V (schedule_split_kv), per task at `at`: each V row is read once from
  * memory, whole, into the group's accumulators: in registers a block of keys at a time where
@@ -427,9 +470,8 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
     const int group = s.spec.group_size();
     Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
     s.part_out.compute_at(at).bound_extent(h, group).vectorize(d, d_vec);
-    const bool widened = widens_cache_rows(s.spec);
     if (s.options.kv_value_block == 0) {
-        if (widened)
+        if (widens_cache_rows(s.spec))
             s.v_heads.compute_at(s.part_out, s.r_values.x).vectorize(d, d_vec).unroll(d);
         // P·V: each V row is read once, whole: the group's accumulators for it stay in L1.
         // Blocks of value_dim held in registers instead would read V in strided passes.
@@ -438,37 +480,38 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
             .vectorize(d, d_vec)
             .unroll(d)
             .unroll(h);
-    } else {
-        // P·V in register blocks (cpu_kv_value_block): for each block of keys, whole V rows
-        // into the accumulators of as many heads as fit, the block's rows read again from L1
-        // for the group's other heads; one load-add-store of each accumulator per block rather
-        // than per key. Whole rows, not blocks of value_dim, which would read V in strided
-        // passes.
-        const int row_vectors = value_dim / d_vec;
-        const int heads = largest_divisor_at_most(group, pv_register_accumulators / row_vectors);
-        Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
-        const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
-        Func tile = s.part_out.update().rfactor(blocks, block);
-        // A block's rows, bounded so that they are one fixed buffer on the stack: the last
-        // block's clamped rows made its extent vary, and every block a heap allocation.
-        if (widened)
-            s.v_heads.compute_at(s.part_out, blocks)
-                .bound_extent(s.k, s.options.kv_value_block)
-                .vectorize(d, d_vec)
-                .unroll(d);
-        s.part_out.update()
-            .split(h, h_outer, h_inner, heads)
-            .reorder(d, h_inner, h_outer, blocks, q, j, b)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(h_inner);
-        tile.compute_at(s.part_out, h_outer)
-            .bound_extent(h, heads)
-            .vectorize(d, d_vec)
-            .unroll(d)
-            .unroll(h);
-        tile.update().reorder(d, h, keys).vectorize(d, d_vec).unroll(d).unroll(h);
+        return;
     }
+    // P·V in register tiles (split_kv_value_tile): for each block of keys, the tile's
+    // accumulators take the block's rows (or their slices) for the tile's heads; one
+    // load-add-store of each accumulator per block rather than per key.
+    const ValueTile shape = split_kv_value_tile(s.spec, value_dim / d_vec, d_vec);
+    Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
+    Var d_outer{"pv_d_outer"}, d_inner{"pv_d_inner"};
+    const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
+    Func tile = s.part_out.update().rfactor(blocks, block);
+    // A block's rows, bounded so that they are one fixed buffer on the stack: the last
+    // block's clamped rows made its extent vary, and every block a heap allocation.
+    if (shape.copies)
+        s.v_heads.compute_at(s.part_out, blocks)
+            .bound_extent(s.k, s.options.kv_value_block)
+            .vectorize(d, d_vec)
+            .unroll(d);
+    const int slice = shape.vectors * d_vec;
+    s.part_out.update()
+        .split(d, d_outer, d_inner, slice)
+        .split(h, h_outer, h_inner, shape.heads)
+        .reorder(d_inner, h_inner, d_outer, h_outer, blocks, q, j, b)
+        .vectorize(d_inner, d_vec)
+        .unroll(d_inner)
+        .unroll(h_inner);
+    tile.compute_at(s.part_out, d_outer)
+        .bound_extent(h, shape.heads)
+        .bound_extent(d, slice)
+        .vectorize(d, d_vec)
+        .unroll(d)
+        .unroll(h);
+    tile.update().reorder(d, h, keys).vectorize(d, d_vec).unroll(d).unroll(h);
 }
 
 /**
@@ -654,13 +697,17 @@ int cpu_kv_prefetch_keys(const AttentionSpec &spec) {
     return std::max(1, prefetch_bytes / row_bytes);
 }
 
-int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
-                       int value_dim) {
+int cpu_kv_value_block(const AttentionSpec &spec, const Halide::Target &target,
+                       const CpuScheduleParams &params) {
     const int lanes = target.natural_vector_size<float>();
+    const int value_dim = spec.resolved_value_dim();
     const int row_vectors = value_dim / vector_width_dividing(value_dim, lanes);
-    // 32 registers: up to 16 accumulators, a row's loads and a broadcast. With 16 (AVX2), whole
-    // rows of D=128 do not fit and the one loop is as fast.
-    const bool fits = lanes >= 16 && row_vectors <= pv_register_accumulators;
+    // AVX-512 (32 registers): tiles of up to 16 accumulators, a row's loads and a broadcast.
+    // AVX2 (16 registers): tiles of 8 (split_kv_value_tile), for widened rows only: an f32
+    // row read in slices cost more than the one loop (B = 1 to 32, 1024 keys: up to 1.5x).
+    // Narrower vectors keep the one loop.
+    const bool fits = lanes >= 16 ? row_vectors <= pv_register_accumulators(lanes)
+                                  : lanes == 8 && widens_cache_rows(spec);
     // 8 keys: 4 were as fast, 2 slower.
     constexpr int block = 8;
     // Split-KV only (the query-tile form's chunks keep one loop); a block that does not divide

@@ -355,7 +355,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
             options.value_queries = cpu.value_queries;
         options.rows_up_to = cpu.rows_up_to;
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
-        options.kv_value_block = cpu_kv_value_block(target, cpu, spec.resolved_value_dim());
+        options.kv_value_block = cpu_kv_value_block(spec, target, cpu);
         options.whole_chunk_statistics = split;
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;

@@ -68,12 +68,14 @@ int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params
 
 /**
  * Keys per register block of the split-KV schedule's P·V (AlgorithmOptions::kv_value_block),
- * or 0 for one loop over the chunk's keys. Blocks need a whole V row of accumulators for a
- * few heads in registers: targets with 32 vector registers (AVX-512) and value_dim of at most
- * 16 vectors.
+ * or 0 for one loop over the chunk's keys. Blocks hold a tile of V rows' accumulators in
+ * registers: with 32 vector registers (AVX-512), whole rows of value_dim up to 16 vectors (or
+ * their slices); with 16 (AVX2), slices of the rows a cache stores in f16, bf16 or i8, widened
+ * into L1 first (an f32 cache's rows and the inputs' keep the one loop there, which was as
+ * fast or faster).
  */
-int cpu_kv_value_block(const Halide::Target &target, const CpuScheduleParams &params,
-                       int value_dim);
+int cpu_kv_value_block(const AttentionSpec &spec, const Halide::Target &target,
+                       const CpuScheduleParams &params);
 
 /**
  * Whether the prefill forms take the queries last to first (AlgorithmOptions::reverse_queries):

@@ -734,6 +734,60 @@ TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
     CHECK(block_loops.count == 0);
 }
 
+TEST_CASE("the split-KV P·V tiles take whole V rows on AVX-512 and slices of them on AVX2") {
+    // split_kv_value_tile: on AVX-512, whole rows (D = 128: two heads' rows) in passes over
+    // the group's heads (a loop over pv_h_outer), except an i8 contiguous cache, whose rows are
+    // widened again per slice of value_dim (a loop over pv_d_outer) for all the heads. On
+    // AVX2, slices for a cache stored in f16 or i8; an f32 cache keeps the one loop. The V rows
+    // of a block are copied (widened) into L1 for an f16 cache, a paged i8 cache and on AVX2.
+    const std::map<std::string, std::string> gqa{
+        {"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "128"}, {"mask", "causal"}};
+    auto cached = [&](const std::string &cache, const std::string &dtype) {
+        std::map<std::string, std::string> params = gqa;
+        params["cache"] = cache;
+        params["cache_dtype"] = dtype;
+        return params;
+    };
+    enum class Tile { one_loop, rows, slices };
+    struct Case {
+        std::map<std::string, std::string> params;
+        Halide::Target target;
+        Tile tile;
+        bool copies;
+    };
+    const std::vector<Case> cases = {
+        {gqa, avx512, Tile::rows, false},
+        {cached("contiguous", "f32"), avx512, Tile::rows, false},
+        {cached("contiguous", "f16"), avx512, Tile::rows, true},
+        {cached("contiguous", "i8"), avx512, Tile::slices, false},
+        {cached("paged(16)", "i8"), avx512, Tile::rows, true},
+        {cached("contiguous", "f16"), avx2, Tile::slices, true},
+        {cached("paged(16)", "i8"), avx2, Tile::slices, true},
+        {cached("contiguous", "i8"), avx2, Tile::slices, true},
+        {cached("paged(16)", "f32"), avx2, Tile::one_loop, false},
+        {gqa, avx2, Tile::one_loop, false},
+    };
+    for (const Case &c : cases) {
+        std::ostringstream described;
+        for (const auto &[key, value] : c.params)
+            described << key << "=" << value << " ";
+        INFO(described.str() << c.target.to_string());
+        LoopsNamed blocks(".s1.r_values$y"), head_passes(".pv_h_outer"), slices(".pv_d_outer");
+        AllocationsNamed copies("v_heads");
+        for (const Stmt &body : lower_layer(c.params, "split_chunk=64", c.target)) {
+            body.accept(&blocks);
+            body.accept(&head_passes);
+            body.accept(&slices);
+            body.accept(&copies);
+        }
+        CHECK((blocks.count > 0) == (c.tile != Tile::one_loop));
+        CHECK((head_passes.count > 0) == (c.tile == Tile::rows));
+        CHECK((slices.count > 0) == (c.tile == Tile::slices));
+        if (c.tile != Tile::one_loop)
+            CHECK((copies.count > 0) == c.copies);
+    }
+}
+
 TEST_CASE("causal tiles that powers of two leave short run the queries last to first") {
     // AVX2: 8 lanes, so 3 query vectors make 24-query tiles and 2 make 16.
     struct Case {
