@@ -420,25 +420,19 @@ bool widens_cache_rows(const AttentionSpec &spec) {
     return spec.cache.any() && spec.resolved_cache_dtype() != DType::f32;
 }
 
-/** The dtype V's rows are stored in: the cache's, or the inputs'. */
-DType stored_value_dtype(const AttentionSpec &spec) {
-    return spec.cache.any() ? spec.resolved_cache_dtype() : spec.resolved_kv_dtype();
-}
-
 /**
- * The split-KV P·V register tile (cpu_kv_value_block): `heads` of the group's heads by
- * `vectors` of a V row's vectors, and whether a block's V rows are first copied, widened to
- * f32, into L1 (`copies`).
+ * The split-KV P·V register tile (cpu_kv_value_block) for vectors of `lanes`: `heads` of the
+ * group's heads by `vectors` of a V row's `row_vectors`, and whether a block's V rows are first
+ * copied, widened to f32, into L1 (`copies`).
  *
- * Whole rows on AVX-512 (16 accumulators: two heads' rows at D = 128): the block's rows are
- * read again from L1 for the group's other heads. Slices of rows for all the group's heads at
- * once on AVX2 (8 accumulators, half a row at D = 128), and for the i8 rows of a contiguous
- * cache or of the inputs, which are cheaper to widen again per slice (two instructions a
- * vector) than to copy into L1 and read back per head.
+ * With 16 accumulators (AVX-512), whole rows (two heads' at D = 128), read again from L1 for
+ * the group's other heads; but a contiguous i8 cache's rows in slices for all the group's heads
+ * at once, since widening a slice again costs two instructions a vector, less than the copy and
+ * its reads per head. With 8 (AVX2), slices (D = 128: two vectors for each of four heads).
  *
  * The copy, of a cache's rows only: in f16 or bf16, whose widening costs more than the copy; in
- * i8, those of a paged cache (read in place, each slice would look its block up again) and on
- * AVX2 (eight slices a row).
+ * i8, those of a paged cache (read in place, each slice would look its block up again) and
+ * all of them with 8 accumulators (eight slices a row at D = 128).
  */
 struct ValueTile {
     int heads;
@@ -450,7 +444,7 @@ ValueTile split_kv_value_tile(const AttentionSpec &spec, int row_vectors, int la
     const int accumulators = pv_register_accumulators(lanes);
     const int group = spec.group_size();
     const bool paged = spec.cache.kind == CacheSpec::Kind::paged;
-    const bool i8_rows = stored_value_dtype(spec) == DType::i8;
+    const bool i8_rows = spec.cache.any() && spec.resolved_cache_dtype() == DType::i8;
     const bool slices = accumulators < 16 || (i8_rows && !paged);
     ValueTile tile{};
     tile.vectors = slices ? largest_divisor_at_most(row_vectors, std::max(1, accumulators / group))
@@ -461,11 +455,12 @@ ValueTile split_kv_value_tile(const AttentionSpec &spec, int row_vectors, int la
 }
 
 /**
- * The split-KV form's P·V (schedule_split_kv), per task at `at`: each V row is read once from
- * memory, whole, into the group's accumulators: in registers a block of keys at a time where
- * they fit (cpu_kv_value_block), else in L1.
+ * The split-KV form's P·V (schedule_split_kv), per task at `at`, in vectors of `d_vec` on a
+ * target of `lanes`: each V row is read once from memory into the group's accumulators: in
+ * register tiles a block of keys at a time where they fit (cpu_kv_value_block), else in L1.
  */
-void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, int d_vec) {
+void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, int d_vec,
+                              int lanes) {
     const int value_dim = s.spec.resolved_value_dim();
     const int group = s.spec.group_size();
     Var d = s.d, q = s.q, h = s.h, b = s.b, j = s.j;
@@ -485,28 +480,28 @@ void schedule_split_kv_values(AttentionStages &s, const Halide::LoopLevel &at, i
     // P·V in register tiles (split_kv_value_tile): for each block of keys, the tile's
     // accumulators take the block's rows (or their slices) for the tile's heads; one
     // load-add-store of each accumulator per block rather than per key.
-    const ValueTile shape = split_kv_value_tile(s.spec, value_dim / d_vec, d_vec);
+    const ValueTile value_tile = split_kv_value_tile(s.spec, value_dim / d_vec, lanes);
     Var block{"pv_block"}, h_outer{"pv_h_outer"}, h_inner{"pv_h_inner"};
     Var d_outer{"pv_d_outer"}, d_inner{"pv_d_inner"};
     const Halide::RVar keys = s.r_values.x, blocks = s.r_values.y;
     Func tile = s.part_out.update().rfactor(blocks, block);
     // A block's rows, bounded so that they are one fixed buffer on the stack: the last
     // block's clamped rows made its extent vary, and every block a heap allocation.
-    if (shape.copies)
+    if (value_tile.copies)
         s.v_heads.compute_at(s.part_out, blocks)
             .bound_extent(s.k, s.options.kv_value_block)
             .vectorize(d, d_vec)
             .unroll(d);
-    const int slice = shape.vectors * d_vec;
+    const int slice = value_tile.vectors * d_vec;
     s.part_out.update()
         .split(d, d_outer, d_inner, slice)
-        .split(h, h_outer, h_inner, shape.heads)
+        .split(h, h_outer, h_inner, value_tile.heads)
         .reorder(d_inner, h_inner, d_outer, h_outer, blocks, q, j, b)
         .vectorize(d_inner, d_vec)
         .unroll(d_inner)
         .unroll(h_inner);
     tile.compute_at(s.part_out, d_outer)
-        .bound_extent(h, shape.heads)
+        .bound_extent(h, value_tile.heads)
         .bound_extent(d, slice)
         .vectorize(d, d_vec)
         .unroll(d)
@@ -550,7 +545,7 @@ void schedule_split_kv_scores(AttentionStages &s, const Halide::LoopLevel &at, i
  * and P·V, so a single query still spreads over all cores, a K or V chunk is read from memory
  * once, and the scratch is one chunk's (chunk x group x Lq floats per stage), not the call's.
  * Scores are dot products vectorized along head_dim whose K loads the group's heads share;
- * P·V reads each V row once from memory, whole, into the group's accumulators: in registers a
+ * P·V reads each V row once from memory into the group's accumulators: in register tiles a
  * block of keys at a time where they fit (cpu_kv_value_block), else in L1. The exact combine
  * reads the partials afterwards.
  */
@@ -605,7 +600,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         .reorder(h, k, q, b)
         .vectorize(h, h_vec);
 
-    schedule_split_kv_values(s, at, v_vec);
+    schedule_split_kv_values(s, at, v_vec, lanes);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.
     Var combine{"combine_task"};
@@ -703,9 +698,9 @@ int cpu_kv_value_block(const AttentionSpec &spec, const Halide::Target &target,
     const int value_dim = spec.resolved_value_dim();
     const int row_vectors = value_dim / vector_width_dividing(value_dim, lanes);
     // AVX-512 (32 registers): tiles of up to 16 accumulators, a row's loads and a broadcast.
-    // AVX2 (16 registers): tiles of 8 (split_kv_value_tile), for widened rows only: an f32
-    // row read in slices cost more than the one loop (B = 1 to 32, 1024 keys: up to 1.5x).
-    // Narrower vectors keep the one loop.
+    // AVX2 (16 registers): tiles of 8 (split_kv_value_tile), for a cache's widened rows only;
+    // f32 rows in slices were slower than the one loop (docs/performance.md). Narrower vectors
+    // keep the one loop.
     const bool fits = lanes >= 16 ? row_vectors <= pv_register_accumulators(lanes)
                                   : lanes == 8 && widens_cache_rows(spec);
     // 8 keys: 4 were as fast, 2 slower.

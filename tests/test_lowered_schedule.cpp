@@ -383,13 +383,18 @@ class LoopsNamed : public IRVisitor {
   public:
     explicit LoopsNamed(std::string part) : part_(std::move(part)) {}
     int count = 0;
+    std::set<int64_t> constant_extents; ///< of the loops found whose extent is a constant
 
   private:
     using IRVisitor::visit;
     std::string part_;
 
     void visit(const For *op) override {
-        count += op->name.find(part_) != std::string::npos;
+        if (op->name.find(part_) != std::string::npos) {
+            count++;
+            if (const int64_t *extent = Halide::Internal::as_const_int(op->extent))
+                constant_extents.insert(*extent);
+        }
         IRVisitor::visit(op);
     }
 };
@@ -735,11 +740,13 @@ TEST_CASE("on AVX-512 the split-KV P·V sums blocks of keys in registers") {
 }
 
 TEST_CASE("the split-KV P·V tiles take whole V rows on AVX-512 and slices of them on AVX2") {
-    // split_kv_value_tile: on AVX-512, whole rows (D = 128: two heads' rows) in passes over
-    // the group's heads (a loop over pv_h_outer), except an i8 contiguous cache, whose rows are
-    // widened again per slice of value_dim (a loop over pv_d_outer) for all the heads. On
-    // AVX2, slices for a cache stored in f16 or i8; an f32 cache keeps the one loop. The V rows
-    // of a block are copied (widened) into L1 for an f16 cache, a paged i8 cache and on AVX2.
+    // split_kv_value_tile: on AVX-512, whole rows (D = 128: two heads' rows) in two passes
+    // over the group's four heads (pv_h_outer), except a contiguous i8 cache's rows, widened
+    // again per half row (pv_d_outer) for all the heads. On AVX2, eighths of rows for a cache
+    // stored in f16 or i8; an f32 cache and the inputs keep the one loop. The V rows of a block
+    // are copied (widened) into L1 for an f16 cache, a paged i8 cache and on AVX2. The width of
+    // AVX-512's registers decides, not the vectors a row is cut into: at D = 72 (vectors of 8),
+    // still whole rows, in four passes of one head.
     const std::map<std::string, std::string> gqa{
         {"heads", "8"}, {"kv_heads", "2"}, {"head_dim", "128"}, {"mask", "causal"}};
     auto cached = [&](const std::string &cache, const std::string &dtype) {
@@ -748,24 +755,28 @@ TEST_CASE("the split-KV P·V tiles take whole V rows on AVX-512 and slices of th
         params["cache_dtype"] = dtype;
         return params;
     };
+    std::map<std::string, std::string> narrow = cached("contiguous", "f32");
+    narrow["head_dim"] = "72";
     enum class Tile { one_loop, rows, slices };
     struct Case {
         std::map<std::string, std::string> params;
         Halide::Target target;
         Tile tile;
+        int passes; ///< of the rows or slices loop
         bool copies;
     };
     const std::vector<Case> cases = {
-        {gqa, avx512, Tile::rows, false},
-        {cached("contiguous", "f32"), avx512, Tile::rows, false},
-        {cached("contiguous", "f16"), avx512, Tile::rows, true},
-        {cached("contiguous", "i8"), avx512, Tile::slices, false},
-        {cached("paged(16)", "i8"), avx512, Tile::rows, true},
-        {cached("contiguous", "f16"), avx2, Tile::slices, true},
-        {cached("paged(16)", "i8"), avx2, Tile::slices, true},
-        {cached("contiguous", "i8"), avx2, Tile::slices, true},
-        {cached("paged(16)", "f32"), avx2, Tile::one_loop, false},
-        {gqa, avx2, Tile::one_loop, false},
+        {gqa, avx512, Tile::rows, 2, false},
+        {cached("contiguous", "f32"), avx512, Tile::rows, 2, false},
+        {cached("contiguous", "f16"), avx512, Tile::rows, 2, true},
+        {cached("contiguous", "i8"), avx512, Tile::slices, 2, false},
+        {cached("paged(16)", "i8"), avx512, Tile::rows, 2, true},
+        {narrow, avx512, Tile::rows, 4, false},
+        {cached("contiguous", "f16"), avx2, Tile::slices, 8, true},
+        {cached("paged(16)", "i8"), avx2, Tile::slices, 8, true},
+        {cached("contiguous", "i8"), avx2, Tile::slices, 8, true},
+        {cached("paged(16)", "f32"), avx2, Tile::one_loop, 0, false},
+        {gqa, avx2, Tile::one_loop, 0, false},
     };
     for (const Case &c : cases) {
         std::ostringstream described;
@@ -783,8 +794,10 @@ TEST_CASE("the split-KV P·V tiles take whole V rows on AVX-512 and slices of th
         CHECK((blocks.count > 0) == (c.tile != Tile::one_loop));
         CHECK((head_passes.count > 0) == (c.tile == Tile::rows));
         CHECK((slices.count > 0) == (c.tile == Tile::slices));
+        const LoopsNamed &passes = c.tile == Tile::rows ? head_passes : slices;
         if (c.tile != Tile::one_loop)
-            CHECK((copies.count > 0) == c.copies);
+            CHECK(passes.constant_extents == std::set<int64_t>{c.passes});
+        CHECK((copies.count > 0) == c.copies);
     }
 }
 
