@@ -392,7 +392,8 @@ class LoopsNamed : public IRVisitor {
     void visit(const For *op) override {
         if (op->name.find(part_) != std::string::npos) {
             count++;
-            if (const int64_t *extent = Halide::Internal::as_const_int(op->extent))
+            if (const std::optional<int64_t> extent =
+                    attngen::halide_compat::constant_int(op->extent))
                 constant_extents.insert(*extent);
         }
         IRVisitor::visit(op);
