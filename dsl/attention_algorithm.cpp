@@ -327,11 +327,15 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
     }
     t.part_out(d, j, q, h, b) = 0.0f;
     // The last chunk may run past Lk: its extra keys are never visited, but bounds
-    // inference does not see the `where`, so the read of V is clamped.
+    // inference does not see the `where`, so the reads of V (and its scales) are clamped.
     Expr read_key = Halide::min(value_key, last_key);
-    t.part_out(d, j, q, h, b) +=
-        value_weight(t, t.probs(value_key, q, h, b), read_key, kv_head, b) *
-        t.v_heads(d, read_key, kv_head, b);
+    Expr weight = t.probs(value_key, q, h, b);
+    if (t.v_scale.defined()) {
+        t.value_weights(k, q, h, b) =
+            value_weight(t, t.probs(k, q, h, b), Halide::min(k, last_key), kv_head, b);
+        weight = t.value_weights(value_key, q, h, b);
+    }
+    t.part_out(d, j, q, h, b) += weight * t.v_heads(d, read_key, kv_head, b);
 
     // The combine reads the chunk results only through `partials`, so a schedule may
     // compute a chunk's statistics inside its loop over chunks.

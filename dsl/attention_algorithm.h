@@ -246,6 +246,13 @@ struct AttentionStages {
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
+    /**
+     * (k, q, h, b): P·V's weight of key k's V row in the chunks form, probs times the row's
+     * scale, where V is i8 (v_scale is defined); a stage of its own so that a schedule can
+     * compute it once per key and head rather than in each pass over the row. Undefined
+     * otherwise (P·V reads probs).
+     */
+    Halide::Func value_weights{"value_weights"};
     Halide::Func weighted_sum{"weighted_sum"}, attn_out{"attn_out"}, out_proj{"out_proj"};
     /**
      * With AlgorithmOptions::reverse_queries, the stages from q_heads to weighted_sum index

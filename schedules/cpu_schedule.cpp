@@ -594,11 +594,15 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         stage.compute_at(at).bound_extent(h, group).reorder_storage(h, j, q, b).vectorize(h, h_vec);
         stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec);
     }
-    s.probs.compute_at(at)
-        .bound_extent(h, group)
-        .reorder_storage(h, k, q, b)
-        .reorder(h, k, q, b)
-        .vectorize(h, h_vec);
+    // An i8 V row's weights (probability times scale) likewise, once per key and head: inlined,
+    // each pass over a block's rows (split_kv_value_tile) multiplied them again, a scalar each.
+    for (Func stage : {s.probs, s.value_weights})
+        if (stage.defined())
+            stage.compute_at(at)
+                .bound_extent(h, group)
+                .reorder_storage(h, k, q, b)
+                .reorder(h, k, q, b)
+                .vectorize(h, h_vec);
 
     schedule_split_kv_values(s, at, v_vec, lanes);
 
@@ -701,8 +705,9 @@ int cpu_kv_value_block(const AttentionSpec &spec, const Halide::Target &target,
     // AVX2 (16 registers): tiles of 8 (split_kv_value_tile), for a cache's widened rows only;
     // f32 rows in slices were slower than the one loop (docs/performance.md). Narrower vectors
     // keep the one loop.
-    const bool fits = lanes >= 16 ? row_vectors <= pv_register_accumulators(lanes)
-                                  : lanes == 8 && widens_cache_rows(spec);
+    const int accumulators = pv_register_accumulators(lanes);
+    const bool fits =
+        accumulators >= 16 ? row_vectors <= accumulators : lanes == 8 && widens_cache_rows(spec);
     // 8 keys: 4 were as fast, 2 slower.
     constexpr int block = 8;
     // Split-KV only (the query-tile form's chunks keep one loop); a block that does not divide

@@ -994,6 +994,30 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
     }
 }
 
+TEST_CASE("the split-KV P·V weighs an i8 V row once per key and head, not once per pass") {
+    // value_weights (probability times the row's scale) at the task, vectorized over the heads:
+    // inlined, each pass over a block's rows (pv_d_outer, pv_h_outer) loaded the scale and
+    // multiplied again.
+    for (const Halide::Target &target : {avx512, avx2})
+        for (const std::string cache : {"contiguous", "paged(16)"}) {
+            const std::map<std::string, std::string> params{
+                {"heads", "8"},     {"kv_heads", "2"}, {"head_dim", "128"},
+                {"mask", "causal"}, {"cache", cache},  {"cache_dtype", "i8"}};
+            INFO(cache << " " << target.to_string());
+            StoresReading pv_scales("part_out", "value_scale");
+            StoresReading weights("value_weights", "value_scale");
+            AllocationsNamed weights_buffers("value_weights");
+            for (const Stmt &body : lower_layer(params, "split_chunk=64", target)) {
+                body.accept(&pv_scales);
+                body.accept(&weights);
+                body.accept(&weights_buffers);
+            }
+            CHECK(pv_scales.count == 0);
+            CHECK(weights.count > 0);
+            CHECK(weights_buffers.count > 0);
+        }
+}
+
 /**
  * Per cache buffer: the prefetches of it, and how many of those sit in a loop body (or branch)
  * that also loads it, beside the load they run ahead of.
