@@ -250,7 +250,8 @@ struct AttentionStages {
      * (k, q, h, b): P·V's weight of key k's V row in the chunks form, probs times the row's
      * scale, where V is i8 (v_scale is defined); a stage of its own so that a schedule can
      * compute it once per key and head rather than in each pass over the row. Undefined
-     * otherwise (P·V reads probs).
+     * otherwise: without scales P·V reads probs, and the whole-rows and online forms weigh
+     * inline.
      */
     Halide::Func value_weights{"value_weights"};
     Halide::Func weighted_sum{"weighted_sum"}, attn_out{"attn_out"}, out_proj{"out_proj"};

@@ -594,15 +594,19 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
         stage.compute_at(at).bound_extent(h, group).reorder_storage(h, j, q, b).vectorize(h, h_vec);
         stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec);
     }
-    // An i8 V row's weights (probability times scale) likewise, once per key and head: inlined,
-    // each pass over a block's rows (split_kv_value_tile) multiplied them again, a scalar each.
-    for (Func stage : {s.probs, s.value_weights})
-        if (stage.defined())
-            stage.compute_at(at)
-                .bound_extent(h, group)
-                .reorder_storage(h, k, q, b)
-                .reorder(h, k, q, b)
-                .vectorize(h, h_vec);
+    // With P·V in register tiles, an i8 V row's weights (probability times scale) likewise,
+    // once per key and head: inlined, each of the tiles' passes over a block's rows
+    // (split_kv_value_tile) multiplied them again, a scalar each. The one loop reads a row once
+    // per head, so it keeps them inline.
+    std::vector<Func> per_key{s.probs};
+    if (s.value_weights.defined() && s.options.kv_value_block > 0)
+        per_key.push_back(s.value_weights);
+    for (Func stage : per_key)
+        stage.compute_at(at)
+            .bound_extent(h, group)
+            .reorder_storage(h, k, q, b)
+            .reorder(h, k, q, b)
+            .vectorize(h, h_vec);
 
     schedule_split_kv_values(s, at, v_vec, lanes);
 

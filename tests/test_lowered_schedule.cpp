@@ -994,28 +994,68 @@ TEST_CASE("rotary embeddings are computed once per call, not once per score") {
     }
 }
 
-TEST_CASE("the split-KV P·V weighs an i8 V row once per key and head, not once per pass") {
-    // value_weights (probability times the row's scale) at the task, vectorized over the heads:
-    // inlined, each pass over a block's rows (pv_d_outer, pv_h_outer) loaded the scale and
-    // multiplied again.
-    for (const Halide::Target &target : {avx512, avx2})
-        for (const std::string cache : {"contiguous", "paged(16)"}) {
-            const std::map<std::string, std::string> params{
-                {"heads", "8"},     {"kv_heads", "2"}, {"head_dim", "128"},
-                {"mask", "causal"}, {"cache", cache},  {"cache_dtype", "i8"}};
-            INFO(cache << " " << target.to_string());
-            StoresReading pv_scales("part_out", "value_scale");
-            StoresReading weights("value_weights", "value_scale");
-            AllocationsNamed weights_buffers("value_weights");
-            for (const Stmt &body : lower_layer(params, "split_chunk=64", target)) {
-                body.accept(&pv_scales);
-                body.accept(&weights);
-                body.accept(&weights_buffers);
-            }
-            CHECK(pv_scales.count == 0);
-            CHECK(weights.count > 0);
-            CHECK(weights_buffers.count > 0);
+/**
+ * The stores into Funcs whose name starts with `prefix`: how many, how many store vectors, and
+ * how many sit inside a loop whose name contains `loop_part`.
+ */
+class StoresPlaced : public IRVisitor {
+  public:
+    StoresPlaced(std::string prefix, std::string loop_part)
+        : prefix_(std::move(prefix)), loop_part_(std::move(loop_part)) {}
+    int count = 0, vectors = 0, in_loop = 0;
+
+  private:
+    using IRVisitor::visit;
+    std::string prefix_, loop_part_;
+    int depth_ = 0;
+
+    void visit(const For *op) override {
+        const bool inside = op->name.find(loop_part_) != std::string::npos;
+        depth_ += inside;
+        IRVisitor::visit(op);
+        depth_ -= inside;
+    }
+    void visit(const Store *op) override {
+        if (op->name.rfind(prefix_, 0) == 0) {
+            count++;
+            vectors += op->value.type().lanes() > 1;
+            in_loop += depth_ > 0;
         }
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("the split-KV P·V tiles weigh an i8 V row once per key and head, not once per pass") {
+    // value_weights (probability times the row's scale) at the task, a vector over the group's
+    // heads, outside the tiles' passes over a block's rows (pv_d_outer, pv_h_outer): inlined,
+    // each pass loaded the scale and multiplied again. P·V in one loop (NEON) keeps it inline.
+    struct Case {
+        std::string cache;
+        Halide::Target target;
+        bool tiles;
+    };
+    for (const Case &c : {Case{"contiguous", avx512, true}, Case{"paged(16)", avx512, true},
+                          Case{"contiguous", avx2, true}, Case{"paged(16)", avx2, true},
+                          Case{"contiguous", arm, false}}) {
+        const std::map<std::string, std::string> params{{"heads", "8"},      {"kv_heads", "2"},
+                                                        {"head_dim", "128"}, {"mask", "causal"},
+                                                        {"cache", c.cache},  {"cache_dtype", "i8"}};
+        INFO(c.cache << " " << c.target.to_string());
+        StoresReading pv_scales("part_out", "value_scale");
+        StoresReading weights_scales("value_weights", "value_scale");
+        StoresPlaced weights("value_weights", ".pv_");
+        const std::string schedule = c.target.arch == Halide::Target::ARM ? "arm" : "x86";
+        for (const Stmt &body : lower_layer(params, "split_chunk=64", c.target, schedule)) {
+            body.accept(&pv_scales);
+            body.accept(&weights_scales);
+            body.accept(&weights);
+        }
+        CHECK((pv_scales.count == 0) == c.tiles);
+        CHECK((weights_scales.count > 0) == c.tiles);
+        CHECK((weights.count > 0) == c.tiles);
+        CHECK(weights.vectors == weights.count);
+        CHECK(weights.in_loop == 0);
+    }
 }
 
 /**
