@@ -16,7 +16,8 @@ namespace attngen {
  * each block restarts the hardware's stream prefetchers, and the read of a decode step stalls on
  * DRAM at every block boundary without it. The loop over keys is the innermost loop whose step
  * moves a load by a run-time amount (a row stride, or a block looked up in the table); loops whose
- * step moves it by a constant (a row's vectors) are not. Prefetches never fault and change no
+ * step moves it by a constant (a row's vectors) are not; where such a loop's steps are shorter than
+ * a cache line, its prefetch runs on one step a line. Prefetches never fault and change no
  * result; their addresses are the loads' own clamped ones. GPU loops are left alone.
  */
 std::unique_ptr<Halide::Internal::IRMutator>

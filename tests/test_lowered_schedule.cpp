@@ -1060,7 +1060,8 @@ TEST_CASE("the split-KV P·V tiles weigh an i8 V row once per key and head, not 
 
 /**
  * Per cache buffer: the prefetches of it, and how many of those sit in a loop body (or branch)
- * that also loads it, beside the load they run ahead of.
+ * that also loads it, beside the load they run ahead of. A branch that loads nothing of a
+ * buffer (a prefetch's own condition) belongs to the body around it.
  */
 class CachePrefetches : public IRVisitor {
   public:
@@ -1073,20 +1074,24 @@ class CachePrefetches : public IRVisitor {
     };
     std::vector<Body> bodies_{1};
 
-    void visit(const For *op) override { within(op->body); }
+    void visit(const For *op) override { within(op->body, false); }
     void visit(const IfThenElse *op) override {
         op->condition.accept(this);
-        within(op->then_case);
+        within(op->then_case, true);
         if (op->else_case.defined())
-            within(op->else_case);
+            within(op->else_case, true);
     }
-    void within(const Stmt &body) {
+    void within(const Stmt &body, bool branch) {
         bodies_.emplace_back();
         body.accept(this);
-        for (const auto &[buffer, count] : bodies_.back().prefetches)
-            if (bodies_.back().loads.count(buffer))
-                beside_loads[buffer] += count;
+        Body done = std::move(bodies_.back());
         bodies_.pop_back();
+        for (const auto &[buffer, count] : done.prefetches) {
+            if (done.loads.count(buffer))
+                beside_loads[buffer] += count;
+            else if (branch)
+                bodies_.back().prefetches[buffer] += count;
+        }
     }
     void visit(const Load *op) override {
         bodies_.back().loads[op->name]++;
@@ -1108,7 +1113,7 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     // the loads. A split-KV decode without a cache does the same with its key and value
     // inputs; prefill schedules, which read K and V in tiles, prefetch nothing.
     for (const std::string cache : {"paged(16)", "contiguous"}) {
-        for (const std::string dtype : {"f32", "f16"}) {
+        for (const std::string dtype : {"f32", "f16", "i8"}) {
             for (const Halide::Target &target : {avx512, avx2, arm}) {
                 for (const std::string schedule_params : {"split_chunk=64", ""}) {
                     INFO("cache " << cache << " of " << dtype << ", target " << target.to_string()
@@ -1146,6 +1151,134 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     for (const Stmt &body : lower_layer(plain, ""))
         body.accept(&prefill);
     CHECK(prefill.prefetches.empty());
+}
+
+/**
+ * Per prefetch of a cache buffer: how many times it runs in one pass of the loops of constant
+ * extent just around it (a row's vectors), and how many distinct cache lines those runs
+ * read, counted from the first run's address. Conditions around it are evaluated per pass.
+ */
+class PrefetchRuns : public IRVisitor {
+  public:
+    struct Site {
+        std::string buffer;
+        int runs = 0, lines = 0;
+        bool constant = true; ///< every run's distance from the first run is a constant
+    };
+    std::vector<Site> sites;
+
+  private:
+    using IRVisitor::visit;
+    struct Frame {
+        std::string loop; ///< a loop's variable, or empty for a condition
+        int64_t min = 0, extent = 0;
+        Expr condition;
+    };
+    std::vector<Frame> frames_;
+
+    void visit(const For *op) override {
+        const std::optional<int64_t> min = attngen::halide_compat::constant_int(op->min),
+                                     extent = attngen::halide_compat::constant_int(op->extent);
+        frames_.push_back({op->name, min.value_or(0), extent.value_or(-1), Expr()});
+        op->body.accept(this);
+        frames_.pop_back();
+    }
+    void visit(const IfThenElse *op) override {
+        frames_.push_back({"", 0, 0, op->condition});
+        op->then_case.accept(this);
+        frames_.back().condition = !op->condition;
+        if (op->else_case.defined())
+            op->else_case.accept(this);
+        frames_.pop_back();
+    }
+    void visit(const Call *op) override {
+        IRVisitor::visit(op);
+        const auto *buffer =
+            op->is_intrinsic(Call::prefetch) ? op->args[0].as<Variable>() : nullptr;
+        if (buffer == nullptr)
+            return;
+        // The loops of constant extent around the prefetch, up to the first that is not, and
+        // the conditions inside them.
+        std::vector<const Frame *> loops, conditions;
+        int64_t passes = 1;
+        for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
+            if (frame->loop.empty()) {
+                conditions.push_back(&*frame);
+                continue;
+            }
+            if (frame->extent <= 0 || passes * frame->extent > 4096)
+                break;
+            passes *= frame->extent;
+            loops.push_back(&*frame);
+        }
+        Site site{buffer->name};
+        const int64_t element_bytes = op->type.bytes();
+        std::set<int64_t> lines;
+        std::optional<Expr> first;
+        std::vector<int64_t> at(loops.size(), 0);
+        while (true) {
+            std::map<std::string, Expr> values;
+            for (size_t i = 0; i < loops.size(); i++)
+                values[loops[i]->loop] = Expr(static_cast<int>(loops[i]->min + at[i]));
+            bool runs = true;
+            for (const Frame *condition : conditions)
+                if (is_const_zero(simplify(substitute(values, condition->condition))))
+                    runs = false;
+            if (runs) {
+                const Expr address = simplify(substitute(values, op->args[1]));
+                if (!first)
+                    first = address;
+                const std::optional<int64_t> apart =
+                    attngen::halide_compat::constant_int(simplify(address - *first));
+                site.runs++;
+                site.constant = site.constant && apart.has_value();
+                if (apart) {
+                    // Floor division, for runs before the first one's address.
+                    const int64_t bytes = *apart * element_bytes;
+                    lines.insert(bytes >= 0 ? bytes / 64 : -((-bytes + 63) / 64));
+                }
+            }
+            size_t i = 0;
+            while (i < loops.size() && ++at[i] == loops[i]->extent)
+                at[i++] = 0;
+            if (i == loops.size())
+                break;
+        }
+        site.lines = static_cast<int>(lines.size());
+        sites.push_back(site);
+    }
+};
+
+TEST_CASE("a row's prefetches run once per cache line, however many vectors the row is read in") {
+    // A row of i8 codes is read 16 or 32 bytes a step (the scores' pmaddwd), so its loop over a
+    // row's vectors takes four or eight steps; a prefetch in every step would read each cache
+    // line two to four times. Every target and cache type: the runs of each prefetch in one
+    // pass over a row's vectors read as many distinct lines as there are runs.
+    for (const std::string dtype : {"i8", "f16", "f32"}) {
+        for (const Halide::Target &target : {avx512, avx2, arm}) {
+            INFO("cache of " << dtype << ", target " << target.to_string());
+            PrefetchRuns found;
+            for (const Stmt &body : lower_layer({{"heads", "8"},
+                                                 {"kv_heads", "2"},
+                                                 {"head_dim", "128"},
+                                                 {"mask", "causal"},
+                                                 {"cache", "paged(64)"},
+                                                 {"cache_dtype", dtype}},
+                                                "split_chunk=512", target,
+                                                target.arch == Halide::Target::ARM ? "arm" : "x86"))
+                body.accept(&found);
+            CHECK(!found.sites.empty());
+            int runs = 0;
+            for (const PrefetchRuns::Site &site : found.sites) {
+                INFO(site.buffer << ": " << site.runs << " runs, " << site.lines << " lines");
+                CHECK(site.constant);
+                CHECK(site.runs == site.lines);
+                runs += site.runs;
+            }
+            // At least the K row's two lines (128 i8 codes) and the V row's.
+            CHECK(runs >= 4);
+        }
+    }
 }
 
 /**
