@@ -87,7 +87,7 @@ class CachePrefetch : public hi::IRMutator {
     Stmt visit(const hi::For *op) override {
         if (op->device_api != Halide::DeviceAPI::None && op->device_api != Halide::DeviceAPI::Host)
             return op;
-        loops_.push_back(op);
+        loops_.push_back(op->name);
         placed_.emplace_back();
         Stmt result = hi::IRMutator::visit(op);
         placed_.pop_back();
@@ -110,8 +110,8 @@ class CachePrefetch : public hi::IRMutator {
 
     /** Whether `value` uses an enclosing loop's variable, directly or through a let. */
     bool varies_with_loops(const Expr &value) const {
-        for (const hi::For *loop : loops_)
-            if (hi::expr_uses_var(value, loop->name))
+        for (const std::string &loop : loops_)
+            if (hi::expr_uses_var(value, loop))
                 return true;
         for (const auto &let : lets_)
             if (hi::expr_uses_var(value, let.first))
@@ -160,21 +160,14 @@ class CachePrefetch : public hi::IRMutator {
      *  unless the current body already prefetches that cache line. */
     Stmt prefetch_ahead(const CacheLoad &load) {
         const Expr index = expanded(load.index, lets_);
-        std::optional<RowWalk> row_walk; // the innermost loop that walks a row's vectors
         for (auto loop = loops_.rbegin(); loop != loops_.rend(); ++loop) {
-            const std::string &name = (*loop)->name;
-            if (!hi::expr_uses_var(index, name))
+            if (!hi::expr_uses_var(index, *loop))
                 continue;
-            const Expr var = hi::Variable::make(Halide::Int(32), name);
+            const Expr var = hi::Variable::make(Halide::Int(32), *loop);
             // A loop whose step moves the load by a constant walks a row's vectors.
-            const Expr step = hi::simplify(hi::substitute(name, var + 1, index) - index);
-            if (hi::is_const(step)) {
-                const std::optional<int64_t> elements = halide_compat::constant_int(step);
-                if (!row_walk && elements)
-                    row_walk = RowWalk{*loop, *elements, *elements * load.element.bytes()};
+            if (hi::is_const(hi::simplify(hi::substitute(*loop, var + 1, index) - index)))
                 continue;
-            }
-            const Expr ahead = hi::simplify(hi::substitute(name, var + keys_ahead_, index));
+            const Expr ahead = hi::simplify(hi::substitute(*loop, var + keys_ahead_, index));
             if (already_placed(load, ahead))
                 return Stmt();
             placed_.back().push_back({load.buffer, ahead});
@@ -183,43 +176,10 @@ class CachePrefetch : public hi::IRMutator {
             // cannot read back (its object emission fails).
             const Expr base = hi::Variable::make(Halide::Handle(), load.buffer);
             const Halide::Type bits = Halide::UInt(load.element.bits());
-            auto prefetch = [&](const Expr &address) {
-                return hi::Evaluate::make(hi::Call::make(
-                    bits, hi::Call::prefetch, {base, address, 1, 1}, hi::Call::Intrinsic));
-            };
-            if (!row_walk || row_walk->step_elements <= 0)
-                return prefetch(ahead);
-            return once_per_line(*row_walk, ahead, prefetch);
+            return hi::Evaluate::make(
+                hi::Call::make(bits, hi::Call::prefetch, {base, ahead, 1, 1}, hi::Call::Intrinsic));
         }
         return Stmt();
-    }
-
-    /** A loop over a row's vectors, whose step moves a load by a constant. */
-    struct RowWalk {
-        const hi::For *loop;
-        int64_t step_elements, step_bytes;
-    };
-
-    /**
-     * The prefetch of a row read in `walk`'s steps, at `ahead` (what the current step reads,
-     * keys ahead). Steps shorter than a cache line that divide it: one every line's worth of
-     * steps from the first (a row of i8 codes read 16 or 32 bytes a step by pmaddwd would
-     * otherwise get two to eight a line), and on the last step one of its last element, which
-     * reaches the row's last line when the row does not start on a line. Other steps: one
-     * every step, as before. The conditions fold where the loop is unrolled (LLVM does, for
-     * the few steps of a row).
-     */
-    template <typename Prefetch>
-    static Stmt once_per_line(const RowWalk &walk, const Expr &ahead, const Prefetch &prefetch) {
-        if (walk.step_bytes >= cache_line_bytes || cache_line_bytes % walk.step_bytes != 0)
-            return prefetch(ahead);
-        const Expr step = hi::Variable::make(Halide::Int(32), walk.loop->name) - walk.loop->min;
-        const int steps_a_line = static_cast<int>(cache_line_bytes / walk.step_bytes);
-        const Stmt lines = hi::IfThenElse::make(step % steps_a_line == 0, prefetch(ahead));
-        const Stmt row_end =
-            hi::IfThenElse::make(step == walk.loop->extent - 1,
-                                 prefetch(ahead + static_cast<int>(walk.step_elements - 1)));
-        return hi::Block::make(lines, row_end);
     }
 
     /** Whether a prefetch in the current body reads within a cache line of `address`. */
@@ -238,8 +198,8 @@ class CachePrefetch : public hi::IRMutator {
 
     std::set<std::string> buffers_;
     int keys_ahead_;
-    std::vector<const hi::For *> loops_; ///< enclosing CPU loops, innermost last
-    Bindings lets_; ///< the enclosing lets that vary with a loop, innermost last
+    std::vector<std::string> loops_; ///< enclosing CPU loops, innermost last
+    Bindings lets_;                  ///< the enclosing lets that vary with a loop, innermost last
     std::vector<std::vector<Placed>> placed_; ///< per enclosing loop body or branch
 };
 

@@ -16,10 +16,7 @@ namespace attngen {
  * each block restarts the hardware's stream prefetchers, and the read of a decode step stalls on
  * DRAM at every block boundary without it. The loop over keys is the innermost loop whose step
  * moves a load by a run-time amount (a row stride, or a block looked up in the table); loops whose
- * step moves it by a constant (a row's vectors) are not; where such a loop's steps are shorter
- * than a line, a prefetch runs once a line's worth of steps, and the last step also prefetches
- * its last element (a row that does not start on a line ends on a line of its own).
- * Prefetches never fault and change no
+ * step moves it by a constant (a row's vectors) are not. Prefetches never fault and change no
  * result; their addresses are the loads' own clamped ones. GPU loops are left alone.
  */
 std::unique_ptr<Halide::Internal::IRMutator>

@@ -1060,8 +1060,7 @@ TEST_CASE("the split-KV P·V tiles weigh an i8 V row once per key and head, not 
 
 /**
  * Per cache buffer: the prefetches of it, and how many of those sit in a loop body (or branch)
- * that also loads it, beside the load they run ahead of. A branch that loads nothing of a
- * buffer (a prefetch's own condition) belongs to the body around it.
+ * that also loads it, beside the load they run ahead of.
  */
 class CachePrefetches : public IRVisitor {
   public:
@@ -1074,24 +1073,20 @@ class CachePrefetches : public IRVisitor {
     };
     std::vector<Body> bodies_{1};
 
-    void visit(const For *op) override { within(op->body, false); }
+    void visit(const For *op) override { within(op->body); }
     void visit(const IfThenElse *op) override {
         op->condition.accept(this);
-        within(op->then_case, true);
+        within(op->then_case);
         if (op->else_case.defined())
-            within(op->else_case, true);
+            within(op->else_case);
     }
-    void within(const Stmt &body, bool branch) {
+    void within(const Stmt &body) {
         bodies_.emplace_back();
         body.accept(this);
-        Body done = std::move(bodies_.back());
-        bodies_.pop_back();
-        for (const auto &[buffer, count] : done.prefetches) {
-            if (done.loads.count(buffer))
+        for (const auto &[buffer, count] : bodies_.back().prefetches)
+            if (bodies_.back().loads.count(buffer))
                 beside_loads[buffer] += count;
-            else if (branch)
-                bodies_.back().prefetches[buffer] += count;
-        }
+        bodies_.pop_back();
     }
     void visit(const Load *op) override {
         bodies_.back().loads[op->name]++;
@@ -1113,7 +1108,7 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     // the loads. A split-KV decode without a cache does the same with its key and value
     // inputs; prefill schedules, which read K and V in tiles, prefetch nothing.
     for (const std::string cache : {"paged(16)", "contiguous"}) {
-        for (const std::string dtype : {"f32", "f16", "i8"}) {
+        for (const std::string dtype : {"f32", "f16"}) {
             for (const Halide::Target &target : {avx512, avx2, arm}) {
                 for (const std::string schedule_params : {"split_chunk=64", ""}) {
                     INFO("cache " << cache << " of " << dtype << ", target " << target.to_string()
@@ -1151,184 +1146,6 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     for (const Stmt &body : lower_layer(plain, ""))
         body.accept(&prefill);
     CHECK(prefill.prefetches.empty());
-}
-
-/**
- * Per cache buffer and loop over a row's vectors (the innermost of the loops of small constant
- * extent around a prefetch or load), over one pass of those loops: the byte offsets that its
- * prefetches run at (the conditions around them evaluated per step) and the bytes its loads
- * read, each from the first one's address. Prefetches and loads in no such loop are left out.
- */
-class PrefetchRuns : public IRVisitor {
-  public:
-    struct Pass {
-        std::vector<int64_t> prefetched; ///< byte offsets of the prefetches' runs
-        std::set<int64_t> read;          ///< byte offsets the loads read
-        std::set<int64_t> starts;        ///< byte offsets the loads start at
-        int64_t load_bytes = 0;          ///< the widest load's bytes
-        bool constant = true;            ///< every offset is a constant
-        int64_t element_bytes = 1;
-    };
-    std::map<std::pair<std::string, int>, Pass> passes;
-
-  private:
-    using IRVisitor::visit;
-    struct Frame {
-        bool is_loop;
-        int id;           ///< a loop's, in visiting order
-        std::string loop; ///< a loop's variable
-        int64_t min, extent;
-        Expr condition; ///< a branch's condition
-    };
-    std::vector<Frame> frames_;
-    int loops_seen_ = 0;
-    std::map<std::pair<std::string, int>, Expr> first_prefetch_, first_load_;
-
-    void visit(const For *op) override {
-        const std::optional<int64_t> min = attngen::halide_compat::constant_int(op->min),
-                                     extent = attngen::halide_compat::constant_int(op->extent);
-        frames_.push_back({true, loops_seen_++, op->name, min.value_or(0),
-                           min ? extent.value_or(-1) : -1, Expr()});
-        op->body.accept(this);
-        frames_.pop_back();
-    }
-    void visit(const IfThenElse *op) override {
-        frames_.push_back({false, -1, "", 0, 0, op->condition});
-        op->then_case.accept(this);
-        frames_.back().condition = !op->condition;
-        if (op->else_case.defined())
-            op->else_case.accept(this);
-        frames_.pop_back();
-    }
-    void visit(const Call *op) override {
-        IRVisitor::visit(op);
-        if (const auto *buffer =
-                op->is_intrinsic(Call::prefetch) ? op->args[0].as<Variable>() : nullptr)
-            walk(buffer->name, op->args[1], op->type.bytes(), 1, first_prefetch_, true);
-    }
-    void visit(const Load *op) override {
-        IRVisitor::visit(op);
-        if (op->name != "k_cache" && op->name != "v_cache")
-            return;
-        const auto *ramp = op->index.as<Ramp>();
-        if (ramp == nullptr && !op->index.type().is_scalar())
-            return;
-        walk(op->name, ramp ? ramp->base : op->index, op->type.bytes(), op->type.lanes(),
-             first_load_, false);
-    }
-
-    /** Every step of the small constant loops around the current point at `offset` (elements
-     *  of `element_bytes`, `lanes` of them), into its buffer's pass. */
-    void walk(const std::string &buffer, const Expr &offset, int64_t element_bytes, int lanes,
-              std::map<std::pair<std::string, int>, Expr> &firsts, bool prefetch) {
-        std::vector<const Frame *> loops, conditions;
-        int64_t steps = 1;
-        for (auto frame = frames_.rbegin(); frame != frames_.rend(); ++frame) {
-            if (!frame->is_loop) {
-                conditions.push_back(&*frame);
-                continue;
-            }
-            if (frame->extent <= 0 || frame->extent > 64 || steps * frame->extent > 4096)
-                break;
-            steps *= frame->extent;
-            loops.push_back(&*frame);
-        }
-        if (loops.empty())
-            return;
-        const std::pair<std::string, int> key{buffer, loops.front()->id};
-        Pass &pass = passes[key];
-        pass.element_bytes = element_bytes;
-        std::vector<int64_t> at(loops.size(), 0);
-        while (true) {
-            std::map<std::string, Expr> values;
-            for (size_t i = 0; i < loops.size(); i++)
-                values[loops[i]->loop] = Expr(static_cast<int>(loops[i]->min + at[i]));
-            bool runs = true;
-            for (const Frame *condition : conditions)
-                if (is_const_zero(simplify(substitute(values, condition->condition))))
-                    runs = false;
-            const Expr address = simplify(substitute(values, offset));
-            if (runs) {
-                const Expr &first = firsts.emplace(key, address).first->second;
-                const std::optional<int64_t> apart =
-                    attngen::halide_compat::constant_int(simplify(address - first));
-                pass.constant = pass.constant && apart.has_value();
-                const int64_t byte = apart.value_or(0) * element_bytes;
-                if (prefetch)
-                    pass.prefetched.push_back(byte);
-                else {
-                    pass.starts.insert(byte);
-                    pass.load_bytes = std::max<int64_t>(pass.load_bytes, lanes * element_bytes);
-                    for (int64_t b = 0; b < lanes * element_bytes; b++)
-                        pass.read.insert(byte + b);
-                }
-            }
-            size_t i = 0;
-            while (i < loops.size() && ++at[i] == loops[i]->extent)
-                at[i++] = 0;
-            if (i == loops.size())
-                break;
-        }
-    }
-};
-
-TEST_CASE("a row's prefetches run once per cache line, however many vectors the row is read in") {
-    // A row of i8 codes is read 16 or 32 bytes a step (the scores' pmaddwd), so its loop over a
-    // row's vectors takes four or eight steps; a prefetch in every step would read each cache
-    // line two to eight times. For every target and cache type (paged(64), head_dim 128 and
-    // 112), and every alignment of the row's start to a line: each pass's prefetches cover the
-    // lines its loads read (rows read in whole lines: the line each load starts in), and
-    // number at most one more than those lines.
-    for (const std::string dtype : {"i8", "f16", "f32"}) {
-        for (const std::string head_dim : {"128", "112"}) {
-            for (const Halide::Target &target : {avx512, avx2, arm}) {
-                INFO("cache of " << dtype << ", head_dim " << head_dim << ", target "
-                                 << target.to_string());
-                PrefetchRuns found;
-                for (const Stmt &body :
-                     lower_layer({{"heads", "8"},
-                                  {"kv_heads", "2"},
-                                  {"head_dim", head_dim},
-                                  {"mask", "causal"},
-                                  {"cache", "paged(64)"},
-                                  {"cache_dtype", dtype}},
-                                 "split_chunk=512", target,
-                                 target.arch == Halide::Target::ARM ? "arm" : "x86"))
-                    body.accept(&found);
-                std::set<std::string> buffers;
-                for (const auto &[key, pass] : found.passes) {
-                    if (pass.prefetched.empty())
-                        continue; // loads of the new rows
-                    INFO(key.first << ": " << pass.prefetched.size() << " prefetches a pass, "
-                                   << pass.read.size() << " bytes read");
-                    buffers.insert(key.first);
-                    REQUIRE(pass.constant);
-                    CHECK(!pass.read.empty());
-                    for (int64_t align = 0; align < 64; align += pass.element_bytes) {
-                        // A row read in steps shorter than a line: every line it reads. In
-                        // whole lines: the line each step starts in, as a prefetch every step
-                        // gives (its last line, past a row that does not start on one, is
-                        // left to the hardware, as before).
-                        std::set<int64_t> lines_read, covered;
-                        for (int64_t byte : pass.load_bytes < 64 ? pass.read : pass.starts)
-                            lines_read.insert((align + byte + 4096) / 64);
-                        for (int64_t byte : pass.prefetched)
-                            covered.insert((align + byte + 4096) / 64);
-                        INFO("row start " << align << " bytes into a line");
-                        CHECK(std::includes(covered.begin(), covered.end(), lines_read.begin(),
-                                            lines_read.end()));
-                        std::set<int64_t> lines_all;
-                        for (int64_t byte : pass.read)
-                            lines_all.insert((align + byte + 4096) / 64);
-                        CHECK(pass.prefetched.size() <= lines_all.size() + 1);
-                    }
-                }
-                // The i8 scores walk a K row in pmaddwd's steps (x86 only).
-                if (dtype == "i8" && target.arch == Halide::Target::X86)
-                    CHECK(buffers.count("k_cache") == 1);
-            }
-        }
-    }
 }
 
 /**
