@@ -539,6 +539,61 @@ void schedule_split_kv_scores(AttentionStages &s, const Halide::LoopLevel &at, i
 }
 
 /**
+ * The split-KV form's masked scores, statistics and probabilities (schedule_split_kv), per task
+ * at `at`: vectorized across the group's heads, so that the reductions over keys need no
+ * horizontal steps within a head, and, where the group divides the vector, across keys too
+ * (key_vec keys of the group's heads a vector; across the heads alone, a group of four used a
+ * quarter of AVX-512's lanes). The masked scores once per key (inlined, the max and the
+ * probabilities each computed them again); the statistics' reductions over keys into key_vec
+ * lanes of partial results, then one small reduction a chunk.
+ */
+void schedule_split_kv_softmax(AttentionStages &s, const Halide::LoopLevel &at, int lanes) {
+    const int group = s.spec.group_size();
+    Var k = s.k, h = s.h, q = s.q, b = s.b, j = s.j;
+    const int h_vec = vector_width_dividing(group, lanes);
+    const int key_vec =
+        h_vec == group && s.options.chunk_keys % (lanes / group) == 0 ? lanes / group : 1;
+    for (Func stage : {s.part_max, s.part_sum}) {
+        stage.compute_at(at).bound_extent(h, group).reorder_storage(h, j, q, b).vectorize(h, h_vec);
+        if (key_vec == 1) {
+            stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec);
+            continue;
+        }
+        Halide::RVar r_outer{"r_keys_outer"}, r_lane{"r_keys_lane"};
+        Var lane{stage.name() + "_key_lane"};
+        stage.update().split(s.r_keys.x, r_outer, r_lane, key_vec);
+        Func partial = stage.update().rfactor(r_lane, lane);
+        partial.compute_at(at)
+            .bound_extent(h, group)
+            .reorder_storage(h, lane, j, q, b)
+            .reorder(h, lane, j, q, b)
+            .vectorize(h, h_vec)
+            .vectorize(lane);
+        partial.update().reorder(h, lane, r_outer, j, q, b).vectorize(h, h_vec).vectorize(lane);
+        stage.update().reorder(h, r_lane, j, q, b).vectorize(h, h_vec);
+    }
+    // With P·V in register tiles, an i8 V row's weights (probability times scale) likewise,
+    // once per key and head: inlined, each of the tiles' passes over a block's rows
+    // (split_kv_value_tile) multiplied them again, a scalar each. The one loop reads a row once
+    // per head, so it keeps them inline.
+    std::vector<Func> per_key{s.masked, s.probs};
+    if (s.value_weights.defined() && s.options.kv_value_block > 0)
+        per_key.push_back(s.value_weights);
+    Var k_lane{"k_lane"};
+    for (Func stage : per_key) {
+        stage.compute_at(at)
+            .bound_extent(h, group)
+            .reorder_storage(h, k, q, b)
+            .reorder(h, k, q, b)
+            .vectorize(h, h_vec);
+        if (key_vec > 1)
+            stage.split(k, k, k_lane, key_vec, TailStrategy::RoundUp)
+                .reorder(h, k_lane, k, q, b)
+                .vectorize(k_lane);
+    }
+}
+
+/**
  * The split-KV form (the chunks form with split_chunk), for decode shapes where a query tile would
  * be mostly empty. One parallel task per (chunk, kv head, batch) computes the chunk's partials for
  * every query and every query head of the kv head's group: scores, statistics, probabilities
@@ -567,7 +622,6 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
     const Halide::LoopLevel at(s.partials, task);
 
     schedule_split_kv_scores(s, at, lanes);
-    s.masked.compute_inline();
     // The row scales of i8 keys and values (a cache's or the inputs'), once per key of the
     // task: inlined, each head's statistics, probabilities and P·V looked each one up again
     // (a cache's choosing between its rows and the new ones). A cache's, a vector of keys at a
@@ -587,27 +641,7 @@ void schedule_split_kv(AttentionStages &s, Func core, const Halide::Target &targ
             scale.align_bounds(s.k, scale_vec).vectorize(s.k, scale_vec);
     }
 
-    // The chunk's statistics and probabilities, vectorized across the group's heads, so the
-    // reductions over keys need no horizontal steps.
-    const int h_vec = vector_width_dividing(group, lanes);
-    for (Func stage : {s.part_max, s.part_sum}) {
-        stage.compute_at(at).bound_extent(h, group).reorder_storage(h, j, q, b).vectorize(h, h_vec);
-        stage.update().reorder(h, s.r_keys.x, j, q, b).vectorize(h, h_vec);
-    }
-    // With P·V in register tiles, an i8 V row's weights (probability times scale) likewise,
-    // once per key and head: inlined, each of the tiles' passes over a block's rows
-    // (split_kv_value_tile) multiplied them again, a scalar each. The one loop reads a row once
-    // per head, so it keeps them inline.
-    std::vector<Func> per_key{s.probs};
-    if (s.value_weights.defined() && s.options.kv_value_block > 0)
-        per_key.push_back(s.value_weights);
-    for (Func stage : per_key)
-        stage.compute_at(at)
-            .bound_extent(h, group)
-            .reorder_storage(h, k, q, b)
-            .reorder(h, k, q, b)
-            .vectorize(h, h_vec);
-
+    schedule_split_kv_softmax(s, at, lanes);
     schedule_split_kv_values(s, at, v_vec, lanes);
 
     // The exact combine, per (head, batch): chunk weights, row sums, weighted partial outputs.

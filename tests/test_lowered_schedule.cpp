@@ -1058,6 +1058,61 @@ TEST_CASE("the split-KV P·V tiles weigh an i8 V row once per key and head, not 
     }
 }
 
+/** Per Func name prefix, the widest vector stored to a buffer whose name starts with it. */
+class WidestStores : public IRVisitor {
+  public:
+    explicit WidestStores(std::vector<std::string> prefixes) {
+        for (std::string &prefix : prefixes)
+            widest[std::move(prefix)] = 0;
+    }
+    std::map<std::string, int> widest;
+
+  private:
+    using IRVisitor::visit;
+    void visit(const Store *op) override {
+        for (auto &[prefix, lanes] : widest)
+            if (op->name.rfind(prefix, 0) == 0)
+                lanes = std::max(lanes, op->value.type().lanes());
+        IRVisitor::visit(op);
+    }
+};
+
+TEST_CASE("the split-KV masked scores, probabilities and statistics fill whole vectors") {
+    // Vectorized across the group's heads alone, a group of four used a quarter of AVX-512's
+    // 16 lanes (and one head, one lane); where the group divides the vector, keys fill the
+    // rest: masked, probs and value_weights store (head, key) vectors, and part_max and
+    // part_sum reduce into vectors of partial results (their rfactor stages) before a small
+    // reduction per chunk.
+    struct Case {
+        int heads, kv_heads;
+        Halide::Target target;
+        int lanes; ///< the widest store expected
+    };
+    for (const Case &c : {Case{8, 2, avx512, 16}, Case{8, 2, avx2, 8}, Case{8, 8, avx512, 16},
+                          Case{16, 2, avx512, 16}, Case{32, 1, avx512, 16}, Case{8, 2, arm, 4},
+                          Case{8, 8, arm, 4}}) {
+        const std::map<std::string, std::string> params{{"heads", std::to_string(c.heads)},
+                                                        {"kv_heads", std::to_string(c.kv_heads)},
+                                                        {"head_dim", "64"},
+                                                        {"mask", "causal"},
+                                                        {"cache", "contiguous"},
+                                                        {"cache_dtype", "i8"}};
+        INFO(c.heads << " heads, " << c.kv_heads << " kv heads, " << c.target.to_string());
+        WidestStores stores({"masked", "probs", "value_weights", "part_max", "part_sum"});
+        const std::string schedule = c.target.arch == Halide::Target::ARM ? "arm" : "x86";
+        for (const Stmt &body : lower_layer(params, "split_chunk=64", c.target, schedule))
+            body.accept(&stores);
+        for (const auto &[stage, lanes] : stores.widest) {
+            INFO(stage);
+            // NEON's P·V runs in one loop, which keeps value_weights inline (no stores).
+            if (stage == "value_weights" && c.target.arch == Halide::Target::ARM)
+                CHECK(lanes == 0);
+            else
+                CHECK(lanes == c.lanes);
+        }
+    }
+}
+
 /**
  * Per cache buffer: the prefetches of it, and how many of those sit in a loop body (or branch)
  * that also loads it, beside the load they run ahead of.
