@@ -727,9 +727,14 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 
 } // namespace
 
-int cpu_kv_prefetch_keys(const AttentionSpec &spec) {
+int cpu_kv_prefetch_keys(const AttentionSpec &spec, const Halide::Target &target) {
     constexpr int prefetch_bytes = 16 * 1024;
     const DType stored = spec.cache.any() ? spec.resolved_cache_dtype() : spec.resolved_kv_dtype();
+    // A paged f32 cache's step with AVX-512 ran faster without (Zen 4: up to 17% at 2 threads,
+    // Lk = 8192; docs/cache.md); with AVX2 it ran slower.
+    if (spec.cache.kind == CacheSpec::Kind::paged && stored == DType::f32 &&
+        target.arch == Halide::Target::X86 && target.natural_vector_size<float>() >= 16)
+        return 0;
     const int row_bytes = spec.resolved_head_dim() * storage_type(stored).bytes();
     return std::max(1, prefetch_bytes / row_bytes);
 }
@@ -1171,7 +1176,7 @@ void apply_cpu_schedule(AttentionStages &s, const Halide::Target &target,
     // Hkv=8, D=128, f32 inputs, Lk >= 4096, 2-core Zen 5: 64-85% of the probed bandwidth
     // without, 84-98% with; docs/performance.md).
     if (s.spec.cache.any() || params.split_chunk > 0)
-        s.kv_prefetch_keys = cpu_kv_prefetch_keys(s.spec);
+        s.kv_prefetch_keys = cpu_kv_prefetch_keys(s.spec, target);
     // The whole-row and flash forms without projections copy K per call and Q per tile.
     const bool copies_heads = !s.spec.projections.any() && params.split_chunk <= 0;
     schedule_rope(s, plan.lanes, copies_heads && !s.spec.cache.any());

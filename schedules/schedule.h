@@ -22,9 +22,10 @@ constexpr int cpu_decode_split_chunk = 512;
  * split-KV decode streams through (AttentionStages::kv_prefetch_keys): 16 KiB of rows, far
  * enough ahead to cover a DRAM access and a paged cache's jump to its next block at the rate a
  * core reads rows (at 4 KiB the jumps still showed), near enough that the rows stay in a
- * 32 KiB L1 until read.
+ * 32 KiB L1 until read. None (0) for a paged f32 cache with AVX-512, whose step was faster
+ * without (docs/cache.md).
  */
-int cpu_kv_prefetch_keys(const AttentionSpec &spec);
+int cpu_kv_prefetch_keys(const AttentionSpec &spec, const Halide::Target &target);
 
 /** The shared memory a CUDA block may use without opting in; larger tiles are refused. */
 constexpr int gpu_shared_memory_limit = 48 * 1024;

@@ -1161,7 +1161,8 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
     // A paged cache's blocks are scattered, and each restarts the hardware's prefetchers: the
     // loops over keys that read K and V prefetch the rows they read some keys later, beside
     // the loads. A split-KV decode without a cache does the same with its key and value
-    // inputs; prefill schedules, which read K and V in tiles, prefetch nothing.
+    // inputs; prefill schedules, which read K and V in tiles, prefetch nothing, and nor does a
+    // paged f32 cache's step with AVX-512.
     for (const std::string cache : {"paged(16)", "contiguous"}) {
         for (const std::string dtype : {"f32", "f16"}) {
             for (const Halide::Target &target : {avx512, avx2, arm}) {
@@ -1179,9 +1180,13 @@ TEST_CASE("a cached layer's and a decode step's CPU loops prefetch the K and V r
                                      schedule_params, target,
                                      target.arch == Halide::Target::ARM ? "arm" : "x86"))
                         body.accept(&found);
+                    // A paged f32 cache with AVX-512 is left to the hardware
+                    // (cpu_kv_prefetch_keys).
+                    const bool none = cache != "contiguous" && dtype == "f32" &&
+                                      target.natural_vector_size<float>() == 16;
                     for (const char *buffer : {"k_cache", "v_cache"}) {
                         INFO(buffer);
-                        CHECK(found.prefetches[buffer] > 0);
+                        CHECK((found.prefetches[buffer] > 0) == !none);
                         CHECK(found.beside_loads[buffer] == found.prefetches[buffer]);
                     }
                 }
