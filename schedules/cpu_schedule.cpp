@@ -730,8 +730,8 @@ void schedule_rope(AttentionStages &s, int lanes, bool into_copies) {
 int cpu_kv_prefetch_keys(const AttentionSpec &spec, const Halide::Target &target) {
     constexpr int prefetch_bytes = 16 * 1024;
     const DType stored = spec.cache.any() ? spec.resolved_cache_dtype() : spec.resolved_kv_dtype();
-    // A paged f32 cache's step with AVX-512 ran faster without (Zen 4: up to 17% at 2 threads,
-    // Lk = 8192; docs/cache.md); with AVX2 it ran slower.
+    // A paged f32 cache's step with AVX-512 ran faster without (Zen 4: 8-12% at two threads,
+    // Lk = 8192, up to 17% on one; docs/cache.md); with AVX2 it ran slower.
     if (spec.cache.kind == CacheSpec::Kind::paged && stored == DType::f32 &&
         target.arch == Halide::Target::X86 && target.natural_vector_size<float>() >= 16)
         return 0;
