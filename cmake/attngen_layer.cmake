@@ -49,8 +49,43 @@ endforeach ()
 string(SHA1 _attngen_tuned_digest "${_attngen_tuned_digest}")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_attngen_tuned_tables})
 
+# _attngen_layers_from(VAR name file...): where another build (_ATTNGEN_LAYERS_FROM, set by the
+# top-level CMakeLists.txt) generated the files of a layer declared in the current directory, or
+# an error naming the first file it lacks.
+function(_attngen_layers_from var name)
+    file(RELATIVE_PATH dir "${CMAKE_BINARY_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
+    set(from "${_ATTNGEN_LAYERS_FROM}/${dir}")
+    foreach (file IN LISTS ARGN)
+        if (NOT EXISTS "${from}/${file}")
+            message(FATAL_ERROR "${name}: the host build ${_ATTNGEN_LAYERS_FROM} has no ${file} in "
+                                "${from}: build it first (cmake --build ${_ATTNGEN_LAYERS_FROM})")
+        endif ()
+    endforeach ()
+    set(${var} "${from}" PARENT_SCOPE)
+endfunction()
+
+if (_ATTNGEN_LAYERS_FROM)
+    # The layers are that build's: they must be for the same targets, with the same tables.
+    foreach (setting IN ITEMS ATTNGEN_LAYER_TARGETS ATTNGEN_TUNED_DIR)
+        if (NOT "${HOST_${setting}}" STREQUAL "${${setting}}")
+            message(FATAL_ERROR "The host build ${_ATTNGEN_LAYERS_FROM} has ${setting}="
+                                "'${HOST_${setting}}'; this build has '${${setting}}'")
+        endif ()
+    endforeach ()
+endif ()
+
 function(attngen_add_layer name)
     cmake_parse_arguments(ARG "" "SCHEDULE;SHAPE_CLASS" "PARAMS;TARGETS" ${ARGN})
+    if (_ATTNGEN_LAYERS_FROM)
+        _attngen_layers_from(from ${name} lib${name}_halide.a ${name}_halide.h ${name}.h)
+        add_library(${name}_halide STATIC IMPORTED)
+        set_target_properties(${name}_halide PROPERTIES IMPORTED_LOCATION
+                              "${from}/lib${name}_halide.a")
+        add_library(${name} INTERFACE)
+        target_include_directories(${name} INTERFACE "${from}")
+        target_link_libraries(${name} INTERFACE ${name}_halide attngen_runtime)
+        return()
+    endif ()
     if (NOT ARG_SHAPE_CLASS)
         set(ARG_SHAPE_CLASS prefill)
     endif ()

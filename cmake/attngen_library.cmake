@@ -54,6 +54,16 @@ function(attngen_add_library name)
 
     set(dir "${CMAKE_CURRENT_BINARY_DIR}/${name}.attngen")
     set(library "${dir}/lib${name}.a")
+    if (_ATTNGEN_LAYERS_FROM)
+        # attngen's own sanitized build: the library as its host build generated it.
+        _attngen_layers_from(from ${name} ${name}.attngen/lib${name}.a ${name}.attngen/${name}.h)
+        add_library(${name} STATIC IMPORTED GLOBAL)
+        set_target_properties(${name} PROPERTIES
+                              IMPORTED_LOCATION "${from}/${name}.attngen/lib${name}.a"
+                              INTERFACE_INCLUDE_DIRECTORIES "${from}/${name}.attngen"
+                              INTERFACE_LINK_LIBRARIES attngen::runtime)
+        return()
+    endif ()
     file(MAKE_DIRECTORY "${dir}")
     add_custom_command(OUTPUT "${library}" "${dir}/${name}.h" "${dir}/${name}.manifest.json"
                        COMMAND attngen::attngen compile "${spec}" ${options} -o "${dir}"
