@@ -788,6 +788,9 @@ struct CpuPlan {
     int head_dim;
     int value_dim; ///< the P·V and output rows' features
     int query_tile;
+    /// Query tiles per parallel task: task_tiles in the flash form, whose chunks the task's
+    /// tiles share; 1 with whole rows only.
+    int task_tiles;
     /// The P·V register block's queries: value_queries, but no taller than the tile it splits
     /// (Halide would shift the last block below query 0).
     int value_queries;
@@ -804,6 +807,7 @@ CpuPlan::CpuPlan(const AttentionStages &s, const Halide::Target &target,
     : params(params), lanes(target.natural_vector_size<float>()),
       head_dim(s.spec.resolved_head_dim()), value_dim(s.spec.resolved_value_dim()),
       query_tile(cpu_query_tile(target, params)),
+      task_tiles(s.options.form == AttentionForm::chunks ? params.task_tiles : 1),
       value_queries(std::min(params.value_queries, query_tile)),
       k_vec(vector_width_dividing(head_dim, lanes)), d_vec(vector_width_dividing(value_dim, lanes)),
       d_block(d_vec), d(s.d), q(s.q), k(s.k), h(s.h), b(s.b) {
@@ -990,8 +994,8 @@ void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
 /** Where a form's stages are computed within core's tiles. */
 struct TileLoops {
     Func core;
-    Halide::LoopLevel tile_at; ///< one task: a query tile of a kv head's group
-    Halide::LoopLevel head_at; ///< one query head of the group, inside a task
+    Halide::LoopLevel tile_at; ///< one task: task_tiles query tiles of a kv head's group
+    Halide::LoopLevel head_at; ///< one query head of the group in one tile of a task
     int group;
 };
 
@@ -1045,17 +1049,19 @@ void register_block(Func stage, Func consumer, const Halide::RVar &r, const CpuP
 }
 
 /**
- * The flash form's chunk partials, per tile: `partials` loops over chunks outermost, then the
- * group's heads, so the scores and probabilities of a chunk stay in L1, the P·V blocks reuse
- * the chunk's V rows from L1, and the group's heads reuse its K and V rows from L1 and L2. Then
- * the combine, per head of the tile.
+ * The flash form's chunk partials, per task: `partials` loops over chunks outermost, then the
+ * task's query tiles, then the group's heads, so the scores and probabilities of a chunk stay
+ * in L1, the P·V blocks reuse the chunk's V rows from L1, and the tiles and heads reuse its K
+ * and V rows from L1 and L2. Then the combine, per head of each tile.
  */
 void schedule_chunk_partials(AttentionStages &t, const TileLoops &tiles, const CpuPlan &plan) {
     const Var &q = plan.q, &h = plan.h, &b = plan.b, &j = t.j;
+    Var p_tile{"p_tile"}, p_query{"p_query"};
     t.partials.compute_at(tiles.tile_at)
-        .bound_extent(q, plan.query_tile)
-        .bound_extent(h, tiles.group);
-    output_blocks(t.partials, q, {h, j, b}, plan);
+        .bound_extent(q, plan.query_tile * plan.task_tiles)
+        .bound_extent(h, tiles.group)
+        .split(q, p_tile, p_query, plan.query_tile);
+    output_blocks(t.partials, p_query, {h, p_tile, j, b}, plan);
     // One chunk per iteration; stored queries innermost so the vectors are dense.
     t.part_out.bound_extent(j, 1);
     for (Func stage : {t.part_max, t.part_sum})
@@ -1113,7 +1119,7 @@ void schedule_form(AttentionStages &t, const TileLoops &tiles, const CpuPlan &pl
     // unroll and vectorize.
     t.q_heads.in(t.scores)
         .compute_at(flash ? tiles.tile_at : tiles.head_at)
-        .bound_extent(q, plan.query_tile)
+        .bound_extent(q, plan.query_tile * (flash ? plan.task_tiles : 1))
         .bound_extent(plan.h, flash ? tiles.group : 1)
         .reorder_storage(q, d)
         .reorder(q, d)
@@ -1145,16 +1151,20 @@ void schedule_form(AttentionStages &t, const TileLoops &tiles, const CpuPlan &pl
 }
 
 /**
- * The query-tile form's tasks: a task is a query tile of every query head of one kv head's
- * group (g runs inside it), so the group's heads share each K/V chunk while it is in cache.
+ * The query-tile form's tasks: a task is task_tiles query tiles of every query head of one kv
+ * head's group (g runs inside it), so the group's heads and the task's tiles share each K/V
+ * chunk while it is in cache.
  */
 void schedule_query_tiles(AttentionStages &s, Func core, const CpuPlan &plan) {
     const int group = s.spec.group_size();
-    Var q_outer{"q_outer"}, q_inner{"q_inner"}, tile{"tile"}, kv{"kv"}, g{"g"};
-    core.split(plan.q, q_outer, q_inner, plan.query_tile, TailStrategy::GuardWithIf)
+    Var q_task{"q_task"}, q_tiles{"q_tiles"}, q_mid{"q_mid"}, q_inner{"q_inner"};
+    Var tile{"tile"}, kv{"kv"}, g{"g"};
+    core.split(plan.q, q_task, q_tiles, plan.query_tile * plan.task_tiles,
+               TailStrategy::GuardWithIf)
+        .split(q_tiles, q_mid, q_inner, plan.query_tile)
         .split(plan.h, kv, g, group);
-    output_blocks(core, q_inner, {g, q_outer, kv, plan.b}, plan);
-    core.fuse(q_outer, kv, tile).fuse(tile, plan.b, tile).parallel(tile);
+    output_blocks(core, q_inner, {g, q_mid, q_task, kv, plan.b}, plan);
+    core.fuse(q_task, kv, tile).fuse(tile, plan.b, tile).parallel(tile);
     const TileLoops tiles{core, Halide::LoopLevel(core, tile), Halide::LoopLevel(core, g), group};
     schedule_form(s, tiles, plan);
     if (s.rows) {

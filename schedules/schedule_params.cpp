@@ -98,6 +98,18 @@ std::vector<ScheduleParam> cpu_form_params() {
          {0, 64, 128, 256, 512, 1024},
          SearchValues::listed,
          {"key_chunk"}},
+        {"task_tiles",
+         F::cpu,
+         &CpuScheduleParams::task_tiles,
+         1,
+         16,
+         "Query tiles per parallel task of the flash form. The task walks K and V once, each "
+         "chunk serving all its tiles while it is in L2, so that memory (or a shared L3) "
+         "delivers K and V once per task rather than once per tile.",
+         all_cpus(1),
+         "",
+         W::prefill,
+         {1, 2, 4}},
         {"rows_up_to",
          F::cpu,
          &CpuScheduleParams::rows_up_to,

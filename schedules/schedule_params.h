@@ -30,6 +30,7 @@ struct CpuScheduleParams {
     int d_vectors = 2;     ///< vectors of head_dim per register block of P·V (at most)
     int split_chunk = 0;   ///< keys per chunk of the split-KV (decode) form; 0: not that form
     int flash_chunk = 0;   ///< keys per chunk of the flash (prefill) form; 0: whole rows
+    int task_tiles = 1;    ///< query tiles per parallel task of the flash form
     int rows_up_to = 0;    ///< calls with Lk up to this walk whole rows rather than chunks
     CopyValues copy_values = CopyValues::all;
     bool packed_weights = false; ///< projections pack (transpose) their weights once per call

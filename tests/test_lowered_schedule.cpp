@@ -7,7 +7,8 @@
 // - With a causal, window or padding mask, P·V's loop over keys is bounded per register block
 //   of queries (r_values), not per tile, where the blocks tile the tile from its start.
 // - Grouped-query heads share each K/V chunk: inside a tile the loop over the flash chunks runs
-//   outside the loop over the kv head's group of query heads, which computes the scores.
+//   outside the loop over the kv head's group of query heads, which computes the scores; with
+//   task_tiles, outside the loop over the task's query tiles too.
 // - On AVX-512 the split-KV P·V sums each block of keys in a register tile (a constant-size
 //   intermediate) over a loop of blocks; on AVX2 it keeps one loop over the keys.
 // - The GPU schedule's blocks ask for no more shared memory than attngen checks against the
@@ -408,28 +409,42 @@ class ChunkThenHeads : public LetsInScope {
   public:
     int stores_inside = 0;
     std::vector<int> head_extents;
+    /// The loops over a task's query tiles (task_tiles > 1) inside the chunk loop, and how many
+    /// of the head loops run inside one.
+    std::vector<int> tile_extents;
+    int heads_inside_tiles = 0;
 
   private:
     using LetsInScope::visit;
-    bool in_chunk = false, in_heads = false;
+    bool in_chunk = false, in_tiles = false, in_heads = false;
 
     static bool is_loop(const For *op, const std::string &var) {
         return op->name.rfind("partials", 0) == 0 &&
                op->name.find(".s0." + var) != std::string::npos;
     }
 
+    int extent(const For *op) {
+        const Expr extent_expr = resolved(op->extent);
+        const auto *value = extent_expr.as<IntImm>();
+        return value ? static_cast<int>(value->value) : -1;
+    }
+
     void visit(const For *op) override {
         const bool chunk = is_loop(op, "j"), heads = in_chunk && is_loop(op, "h");
+        const bool tiles = in_chunk && is_loop(op, "q.p_tile");
         if (heads) {
-            const Expr extent_expr = resolved(op->extent);
-            const auto *extent = extent_expr.as<IntImm>();
-            head_extents.push_back(extent ? static_cast<int>(extent->value) : -1);
+            head_extents.push_back(extent(op));
+            heads_inside_tiles += in_tiles ? 1 : 0;
         }
-        const bool was_chunk = in_chunk, was_heads = in_heads;
+        if (tiles)
+            tile_extents.push_back(extent(op));
+        const bool was_chunk = in_chunk, was_tiles = in_tiles, was_heads = in_heads;
         in_chunk = in_chunk || chunk;
+        in_tiles = in_tiles || tiles;
         in_heads = in_heads || heads;
         IRVisitor::visit(op);
         in_chunk = was_chunk;
+        in_tiles = was_tiles;
         in_heads = was_heads;
     }
 
@@ -606,6 +621,26 @@ TEST_CASE("the query heads of a group share each K/V chunk of the flash form") {
             for (int extent : nest.head_extents)
                 CHECK(extent == group);
         }
+    }
+}
+
+TEST_CASE("the query tiles of a flash task share each K/V chunk (task_tiles)") {
+    for (const std::string mask : {"none", "causal"}) {
+        INFO("mask " << mask);
+        ChunkThenHeads nest;
+        for (const Stmt &body :
+             lower_layer({{"heads", "4"}, {"kv_heads", "2"}, {"head_dim", "32"}, {"mask", mask}},
+                         "flash_chunk=64,task_tiles=3"))
+            body.accept(&nest);
+        CHECK(nest.stores_inside > 0);
+        // Inside each chunk: the task's 3 tiles, and in each the group's 2 heads.
+        REQUIRE(!nest.tile_extents.empty());
+        for (int extent : nest.tile_extents)
+            CHECK(extent == 3);
+        REQUIRE(!nest.head_extents.empty());
+        CHECK(nest.heads_inside_tiles == static_cast<int>(nest.head_extents.size()));
+        for (int extent : nest.head_extents)
+            CHECK(extent == 2);
     }
 }
 
