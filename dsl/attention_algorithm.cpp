@@ -335,7 +335,13 @@ void define_chunks(AttentionStages &t, const AttentionInputs &in, const SoftmaxP
             value_weight(t, t.probs(k, q, h, b), Halide::min(k, last_key), kv_head, b);
         weight = t.value_weights(value_key, q, h, b);
     }
-    t.part_out(d, j, q, h, b) += weight * t.v_heads(d, read_key, kv_head, b);
+    Expr value = t.v_heads(d, read_key, kv_head, b);
+    if (options.value_panel > 0 && t.spec.resolved_value_dim() % options.value_panel == 0) {
+        const int panel = options.value_panel;
+        t.v_panels(d, k, j, h, b) = t.v_heads(j * panel + d, k, h, b);
+        value = t.v_panels(d % panel, read_key, d / panel, kv_head, b);
+    }
+    t.part_out(d, j, q, h, b) += weight * value;
 
     // The combine reads the chunk results only through `partials`, so a schedule may
     // compute a chunk's statistics inside its loop over chunks.
@@ -614,6 +620,9 @@ AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     }
     if (options.kv_value_block > 0 && options.chunk_keys % options.kv_value_block != 0)
         options.kv_value_block = 0;
+    if (options.form != AttentionForm::chunks || options.whole_chunk_statistics ||
+        options.kv_value_block > 0)
+        options.value_panel = 0;
     // Integer scores are the split-KV form's (the chunks with whole-chunk statistics), whose
     // schedule computes the query codes once per task; inlined, each score would recompute its
     // row's scale.

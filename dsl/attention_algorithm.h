@@ -128,6 +128,13 @@ struct AlgorithmOptions {
      */
     int kv_value_block = 0;
     /**
+     * The chunks form without whole_chunk_statistics (the CPU's flash form): P·V reads V
+     * through v_panels, a copy whose rows hold this many features of each key (a divisor of
+     * value_dim), so that a register block of P·V's features walks its keys through memory in
+     * order rather than a whole row a key. 0: it reads v_heads.
+     */
+    int value_panel = 0;
+    /**
      * The chunks form: the chunk's max and sum visit all its keys, the masked ones (and those
      * past Lk) as masked scores, rather than the range the mask leaves visible. Their loops
      * then hold no condition, and the compiler keeps each row's running max and sum in
@@ -244,6 +251,11 @@ struct AttentionStages {
     Halide::Func k_codes{"key_codes"}, q_codes{"query_codes"}, q_code_scale{"query_code_scale"};
     Halide::Var pair{"pair"}, position{"position"};
     Halide::Func q_heads{"q_heads"}, k_heads{"k_heads"}, v_heads{"v_heads"};
+    /**
+     * (d, k, j, h, b) = v_heads(j * AlgorithmOptions::value_panel + d, k, h, b): V in panels
+     * of value_panel features, which the flash form's P·V reads where the option is set.
+     */
+    Halide::Func v_panels{"v_heads_panels"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
     /**

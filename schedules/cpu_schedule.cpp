@@ -758,6 +758,29 @@ int cpu_kv_value_block(const AttentionSpec &spec, const Halide::Target &target,
     return fits && params.split_chunk > 0 ? block : 0;
 }
 
+int cpu_value_block(int value_dim, int lanes, int d_vectors) {
+    int block = vector_width_dividing(value_dim, lanes);
+    const int widest = d_vectors * block;
+    while (block < widest && value_dim % (2 * block) == 0)
+        block *= 2;
+    return block;
+}
+
+int cpu_value_panel(const AttentionSpec &spec, const Halide::Target &target,
+                    const CpuScheduleParams &params) {
+    // The flash form's copy of V (copy_values), without projections or a cache, whose rows
+    // are wider than one register block of P·V: in rows, each block's loop over the chunk's
+    // keys steps a whole row a key, a cache line each from L2 or memory, at a stride that maps
+    // them to a few of L1's sets (docs/performance.md).
+    const int lanes = target.natural_vector_size<float>();
+    const int value_dim = spec.resolved_value_dim();
+    const int block = cpu_value_block(value_dim, lanes, params.d_vectors);
+    const bool copied = params.copy_values != CopyValues::none;
+    const bool flash = params.flash_chunk > 0 && params.split_chunk <= 0;
+    const bool plain = !spec.projections.any() && !spec.cache.any();
+    return params.value_panels && copied && flash && plain && block < value_dim ? block : 0;
+}
+
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
     return params.query_vectors * target.natural_vector_size<float>();
 }
@@ -810,10 +833,8 @@ CpuPlan::CpuPlan(const AttentionStages &s, const Halide::Target &target,
       task_tiles(s.options.form == AttentionForm::chunks ? params.task_tiles : 1),
       value_queries(std::min(params.value_queries, query_tile)),
       k_vec(vector_width_dividing(head_dim, lanes)), d_vec(vector_width_dividing(value_dim, lanes)),
-      d_block(d_vec), d(s.d), q(s.q), k(s.k), h(s.h), b(s.b) {
-    while (d_block < params.d_vectors * d_vec && value_dim % (2 * d_block) == 0)
-        d_block *= 2;
-}
+      d_block(cpu_value_block(value_dim, lanes, params.d_vectors)), d(s.d), q(s.q), k(s.k), h(s.h),
+      b(s.b) {}
 
 /**
  * The Q, K and V projections: in decode, dot products that read the weights in place; in prefill,
@@ -977,7 +998,7 @@ void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
     std::vector<Func> copies = {s.k_heads};
     const bool chunked = s.options.form == AttentionForm::chunks;
     if (copy_values == CopyValues::all || (copy_values == CopyValues::flash && chunked))
-        copies.push_back(s.v_heads);
+        copies.push_back(s.v_panels.defined() ? s.v_panels : s.v_heads);
     if (s.rows && copy_values == CopyValues::all)
         copies.push_back(s.rows->v_heads);
     for (Func heads : copies) {

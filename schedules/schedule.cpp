@@ -356,6 +356,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.rows_up_to = cpu.rows_up_to;
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
         options.kv_value_block = cpu_kv_value_block(spec, target, cpu);
+        options.value_panel = cpu_value_panel(spec, target, cpu);
         options.whole_chunk_statistics = split;
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;

@@ -64,6 +64,19 @@ void apply_reference_schedule(AttentionStages &stages, const Halide::Target &tar
  */
 std::string parse_cpu_schedule_params(const std::string &text, CpuScheduleParams &params);
 
+/**
+ * The features of one register block of the CPU schedule's P·V: d_vectors vectors of `lanes`
+ * (at most; fewer where they would not divide value_dim).
+ */
+int cpu_value_block(int value_dim, int lanes, int d_vectors);
+
+/**
+ * The flash form's V panels (AlgorithmOptions::value_panel): one register block of P·V's
+ * features, where V is copied per call and its rows are wider than a block; else 0.
+ */
+int cpu_value_panel(const AttentionSpec &spec, const Halide::Target &target,
+                    const CpuScheduleParams &params);
+
 /** The queries of one parallel task of the CPU schedule: query_vectors vectors. */
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params);
 

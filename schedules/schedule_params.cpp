@@ -147,6 +147,18 @@ std::vector<ScheduleParam> cpu_form_params() {
          "f32 on 16-lane targets: none for head_dim <= 64, else flash",
          W::prefill_without_projections,
          {0, 1, 2}},
+        {"value_panels",
+         F::cpu,
+         &CpuScheduleParams::value_panels,
+         0,
+         1,
+         "The flash form's copy of V (where copy_values makes one) holds each key's features in "
+         "panels of one P·V register block (d_vectors vectors), so that a block's loop over "
+         "the keys reads memory in order rather than a whole row apart.",
+         {0, 1, 0, 0},
+         "",
+         W::prefill_without_projections,
+         {0, 1}},
     };
 }
 
