@@ -93,9 +93,15 @@ void define_masked_scores(AttentionStages &t, const AttentionInputs &in) {
         score = Halide::cast<float>(t.scores(k, q, h, b)) *
                 (t.q_code_scale(q, h, b) * t.k_scale(k, kv_head, b));
     } else {
+        Expr key = t.k_heads(t.r_head_dim, k, kv_head, b);
+        if (options.key_panel > 0) {
+            const int panel = options.key_panel;
+            Var i{"i"}, d = t.d, j = t.j;
+            t.k_panels(i, d, j, h, b) = t.k_heads(d, j * panel + i, h, b);
+            key = t.k_panels(k % panel, t.r_head_dim, k / panel, kv_head, b);
+        }
         t.scores(k, q, h, b) = 0.0f;
-        t.scores(k, q, h, b) +=
-            t.q_heads(t.r_head_dim, q, h, b) * t.k_heads(t.r_head_dim, k, kv_head, b);
+        t.scores(k, q, h, b) += t.q_heads(t.r_head_dim, q, h, b) * key;
         // An i8 cache's keys are integers: the row's scale multiplies the dot product once.
         score = t.k_scale.defined() ? t.scores(k, q, h, b) * t.k_scale(k, kv_head, b)
                                     : Expr(t.scores(k, q, h, b));
@@ -623,6 +629,8 @@ AlgorithmOptions effective_options(const AlgorithmOptions &requested) {
     if (options.form != AttentionForm::chunks || options.whole_chunk_statistics ||
         options.kv_value_block > 0)
         options.value_panel = 0;
+    if (options.form != AttentionForm::chunks || options.whole_chunk_statistics)
+        options.key_panel = 0;
     // Integer scores are the split-KV form's (the chunks with whole-chunk statistics), whose
     // schedule computes the query codes once per task; inlined, each score would recompute its
     // row's scale.

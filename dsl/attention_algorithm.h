@@ -135,6 +135,13 @@ struct AlgorithmOptions {
      */
     int value_panel = 0;
     /**
+     * The chunks form without whole_chunk_statistics: the scores read K through k_panels, a copy
+     * that holds each run of this many keys feature by feature (the keys of one feature side by
+     * side), so that a register block of key_panel keys reads its keys' features in order rather
+     * than one row apart each. 0: the scores read k_heads.
+     */
+    int key_panel = 0;
+    /**
      * The chunks form: the chunk's max and sum visit all its keys, the masked ones (and those
      * past Lk) as masked scores, rather than the range the mask leaves visible. Their loops
      * then hold no condition, and the compiler keeps each row's running max and sum in
@@ -256,6 +263,11 @@ struct AttentionStages {
      * of value_panel features, which the flash form's P·V reads where the option is set.
      */
     Halide::Func v_panels{"v_heads_panels"};
+    /**
+     * (i, d, j, h, b) = k_heads(d, j * AlgorithmOptions::key_panel + i, h, b): K in panels of
+     * key_panel keys, which the flash form's scores read where the option is set.
+     */
+    Halide::Func k_panels{"k_heads_panels"};
     Halide::Func scores{"scores"}, masked{"masked"}, row_max{"row_max"};
     Halide::Func probs{"probs"}, row_sum{"row_sum"};
     /**

@@ -781,6 +781,15 @@ int cpu_value_panel(const AttentionSpec &spec, const Halide::Target &target,
     return params.value_panels && copied && flash && plain && block < value_dim ? block : 0;
 }
 
+int cpu_key_panel(const AttentionSpec &spec, const CpuScheduleParams &params) {
+    // The flash form's per-call copy of K, without projections or a cache: in rows, a score
+    // block's key_block keys are read a whole row apart, each feature from another cache line
+    // (docs/performance.md).
+    const bool flash = params.flash_chunk > 0 && params.split_chunk <= 0;
+    const bool plain = !spec.projections.any() && !spec.cache.any();
+    return params.key_panels && flash && plain && params.key_block > 1 ? params.key_block : 0;
+}
+
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params) {
     return params.query_vectors * target.natural_vector_size<float>();
 }
@@ -996,6 +1005,13 @@ void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
     // per key (LLVM computed those in vector registers inside the dot-product loop).
     const CopyValues copy_values = plan.params.copy_values;
     std::vector<Func> copies = {s.k_heads};
+    if (s.k_panels.defined()) {
+        // The flash form's keys in panels; the whole-row form's, where a call may take it,
+        // in rows of their own, so that each call copies K once.
+        copies = {s.k_panels};
+        if (s.rows)
+            copies.push_back(s.k_heads.in(s.rows->scores));
+    }
     const bool chunked = s.options.form == AttentionForm::chunks;
     if (copy_values == CopyValues::all || (copy_values == CopyValues::flash && chunked))
         copies.push_back(s.v_panels.defined() ? s.v_panels : s.v_heads);
@@ -1004,7 +1020,15 @@ void schedule_head_copies(AttentionStages &s, const CpuPlan &plan) {
     for (Func heads : copies) {
         Var task{"kv_task"};
         heads.compute_root().fuse(plan.h, plan.b, task).parallel(task);
-        const bool keys = heads.name() == s.k_heads.name();
+        if (heads.name() == s.k_panels.name()) {
+            // Each feature's panel of keys at once: vectors along the rows, stored interleaved.
+            const Var panel_key = heads.args()[0];
+            heads.bound(panel_key, 0, s.options.key_panel)
+                .unroll(panel_key)
+                .vectorize(plan.d, vector_width_dividing(s.spec.resolved_head_dim(), plan.lanes));
+            continue;
+        }
+        const bool keys = heads.name().rfind(s.k_heads.name(), 0) == 0;
         if (keys && s.spec.rope.any() && !s.spec.cache.any())
             vectorize_features(heads, s, plan.lanes); // rotates as it copies
         else
@@ -1106,10 +1130,16 @@ void schedule_score_blocks(AttentionStages &t, const Halide::LoopLevel &rows_at,
     const Var &q = plan.q, &k = plan.k;
     const int lanes = plan.lanes, key_block = plan.params.key_block;
     Var k_outer{"k_outer"}, k_inner{"k_inner"};
-    t.masked.compute_at(rows_at)
-        .bound_extent(q, plan.query_tile)
-        .reorder_storage(q, k)
-        .split(k, k_outer, k_inner, key_block)
+    t.masked.compute_at(rows_at).bound_extent(q, plan.query_tile).reorder_storage(q, k);
+    // Where the scores read K in panels of a block's keys (k_panels), the blocks start at
+    // multiples of key_block, so that a block's keys are one panel at constant offsets (a
+    // shifted last block straddles two: LLVM then kept the block's addresses in a vector
+    // register and extracted them in the dot-product loop).
+    const bool panels = t.options.key_panel == key_block;
+    if (panels)
+        t.masked.align_bounds(k, key_block);
+    t.masked
+        .split(k, k_outer, k_inner, key_block, panels ? TailStrategy::RoundUp : TailStrategy::Auto)
         .reorder(q, k_inner, k_outer)
         .vectorize(q, lanes)
         .unroll(q)

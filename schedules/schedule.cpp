@@ -204,6 +204,10 @@ CpuScheduleParams cpu_schedule_params(const AttentionSpec &spec, const Halide::T
     // value_dim > 64.
     if (spec.dtype == DType::f32 && target.natural_vector_size<float>() >= 16)
         params.copy_values = spec.resolved_value_dim() <= 64 ? CopyValues::none : CopyValues::flash;
+    // K in panels, measured on AVX2: faster at head_dim 128, where a score block's rows are
+    // 512 bytes apart; at 64, no faster (docs/performance.md, "K in panels").
+    if (spec.resolved_head_dim() <= 64)
+        params.key_panels = false;
     return params;
 }
 
@@ -357,6 +361,7 @@ AlgorithmOptions algorithm_options(const AttentionSpec &spec, const Halide::Targ
         options.reverse_queries = cpu_reverse_queries(spec, target, cpu);
         options.kv_value_block = cpu_kv_value_block(spec, target, cpu);
         options.value_panel = cpu_value_panel(spec, target, cpu);
+        options.key_panel = cpu_key_panel(spec, cpu);
         options.whole_chunk_statistics = split;
         // About half the vector instructions of Halide::exp.
         options.polynomial_exp = true;

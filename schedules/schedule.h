@@ -77,6 +77,12 @@ int cpu_value_block(int value_dim, int lanes, int d_vectors);
 int cpu_value_panel(const AttentionSpec &spec, const Halide::Target &target,
                     const CpuScheduleParams &params);
 
+/**
+ * The flash form's K panels (AlgorithmOptions::key_panel): one register block of the scores'
+ * keys (key_block), where the rows are copied per call and a block has more than one key; else 0.
+ */
+int cpu_key_panel(const AttentionSpec &spec, const CpuScheduleParams &params);
+
 /** The queries of one parallel task of the CPU schedule: query_vectors vectors. */
 int cpu_query_tile(const Halide::Target &target, const CpuScheduleParams &params);
 

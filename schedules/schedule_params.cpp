@@ -147,6 +147,12 @@ std::vector<ScheduleParam> cpu_form_params() {
          "f32 on 16-lane targets: none for head_dim <= 64, else flash",
          W::prefill_without_projections,
          {0, 1, 2}},
+    };
+}
+
+/** The layouts of the flash form's per-call copies of K and V. */
+std::vector<ScheduleParam> cpu_panel_params() {
+    return {
         {"value_panels",
          F::cpu,
          &CpuScheduleParams::value_panels,
@@ -157,6 +163,18 @@ std::vector<ScheduleParam> cpu_form_params() {
          "the keys reads memory in order rather than a whole row apart.",
          {0, 1, 0, 0},
          "",
+         W::prefill_without_projections,
+         {0, 1}},
+        {"key_panels",
+         F::cpu,
+         &CpuScheduleParams::key_panels,
+         0,
+         1,
+         "The flash form's copy of K holds each run of key_block keys feature by feature, so "
+         "that a score block reads its keys' features side by side rather than a whole row "
+         "apart.",
+         {0, 1, 0, 0},
+         "false for head_dim <= 64",
          W::prefill_without_projections,
          {0, 1}},
     };
@@ -339,8 +357,9 @@ std::vector<ScheduleParam> gpu_staging_params() {
  */
 std::vector<ScheduleParam> make_table() {
     std::vector<ScheduleParam> table;
-    for (auto group : {cpu_register_blocks, cpu_form_params, cpu_packed_projection_params,
-                       cpu_in_place_projection_params, gpu_block_params, gpu_staging_params}) {
+    for (auto group :
+         {cpu_register_blocks, cpu_form_params, cpu_panel_params, cpu_packed_projection_params,
+          cpu_in_place_projection_params, gpu_block_params, gpu_staging_params}) {
         std::vector<ScheduleParam> params = group();
         table.insert(table.end(), params.begin(), params.end());
     }

@@ -34,6 +34,7 @@ struct CpuScheduleParams {
     int rows_up_to = 0;    ///< calls with Lk up to this walk whole rows rather than chunks
     CopyValues copy_values = CopyValues::all;
     bool value_panels = false;   ///< the flash form's V copy in panels of one P·V block's features
+    bool key_panels = false;     ///< the flash form's K copy in panels of one score block's keys
     bool packed_weights = false; ///< projections pack (transpose) their weights once per call
     int gemm_rows = 6;           ///< packed GEMM: rows per register tile
     int gemm_task_rows = 24;     ///< packed GEMM: rows per parallel task

@@ -753,6 +753,75 @@ TEST_CASE("value_panels: the flash form copies V in panels, where it copies V") 
           std::pair<bool, bool>{true, false});
 }
 
+/**
+ * The indices of the loads from Funcs whose name starts with `buffer` inside each loop whose name
+ * holds `loop` (one list a loop), read with the lets around them.
+ */
+class LoadsInLoops : public LetsInScope {
+  public:
+    LoadsInLoops(std::string buffer, std::string loop)
+        : buffer_(std::move(buffer)), loop_(std::move(loop)) {}
+    std::vector<std::vector<Expr>> loops;
+
+  private:
+    using LetsInScope::visit;
+    std::string buffer_, loop_;
+    int inside_ = 0;
+
+    void visit(const For *op) override {
+        const bool named = op->name.find(loop_) != std::string::npos;
+        if (named)
+            loops.emplace_back();
+        inside_ += named;
+        LetsInScope::visit(op);
+        inside_ -= named;
+    }
+    void visit(const Load *op) override {
+        if (inside_ > 0 && op->name.rfind(buffer_, 0) == 0)
+            loops.back().push_back(resolved(op->index));
+        LetsInScope::visit(op);
+    }
+};
+
+TEST_CASE("key_panels: a score block reads its keys from one panel at constant offsets") {
+    // The keys of each dot-product loop (the scores' loop over head_dim): how many loops read
+    // k_heads_panels, and whether every loop's loads are one address plus constants (a block
+    // that straddled two panels made LLVM keep its addresses in a vector register).
+    auto panel_reads = [](const std::map<std::string, std::string> &layer,
+                          const std::string &schedule_params, const Halide::Target &target) {
+        LoadsInLoops loads("k_heads_panels", ".s1.r_head_dim");
+        for (const Stmt &body : lower_layer(layer, schedule_params, target))
+            body.accept(&loads);
+        int reading = 0;
+        bool constant_offsets = true;
+        for (const std::vector<Expr> &indices : loads.loops) {
+            reading += !indices.empty();
+            for (const Expr &index : indices)
+                constant_offsets = constant_offsets && is_const(simplify(index - indices[0]));
+        }
+        return std::pair<int, bool>{reading, constant_offsets};
+    };
+    const std::map<std::string, std::string> d128 = {{"heads", "4"}, {"head_dim", "128"}};
+    const std::string flash = "flash_chunk=64,rows_up_to=0,";
+    // AVX2's default.
+    CHECK(attngen::cpu_schedule_params(spec_of(d128), avx2, "prefill").key_panels);
+    const auto [reading, constant_offsets] = panel_reads(d128, flash + "key_block=4", avx2);
+    CHECK(reading > 0);
+    CHECK(constant_offsets);
+    // Blocks that divide neither the chunks nor the test's lengths, under a causal mask.
+    const auto [odd_reading, odd_offsets] =
+        panel_reads({{"heads", "2"}, {"head_dim", "48"}, {"mask", "causal"}},
+                    "flash_chunk=7,rows_up_to=0,key_block=5,key_panels=true", avx2);
+    CHECK(odd_reading > 0);
+    CHECK(odd_offsets);
+    // Off when named, in the whole-row form, with one key a block, and by default on AVX-512.
+    CHECK(panel_reads(d128, flash + "key_panels=false", avx2).first == 0);
+    CHECK(panel_reads(d128, "flash_chunk=0,key_panels=true", avx2).first == 0);
+    CHECK(panel_reads(d128, flash + "key_block=1,key_panels=true", avx2).first == 0);
+    CHECK(panel_reads(d128, flash, avx512).first == 0);
+    CHECK(panel_reads(d128, flash + "key_panels=true", avx512).first > 0);
+}
+
 TEST_CASE("with a structured mask, each P·V block visits its own keys") {
     auto value_loops = [](const std::string &mask, const std::string &schedule_params) {
         LoopsNamed loops(".s1.r_values");
