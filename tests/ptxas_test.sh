@@ -51,11 +51,21 @@ for shape_class in prefill decode; do
     fi
     "$extract" "$out/libgpu_kernels.a" "$out/module" >>"$work/modules.txt"
 done
-# The head_dim 64 and 128 prefill layers alone, for the multiply-adds per load.
+# The head_dim 64 and 128 prefill layers alone, for the multiply-adds per load: their device
+# objects (LAYER_halide-<target>.o, one per compute capability), taken out of the prefill library.
 mkdir -p "$work/fma"
-"$attngen" compile "$source/tests/layers/gpu_kernels.attn" --target cuda --layers "$fma_layers" \
-    -o "$work/fma" >"$work/fma/compile.txt" 2>&1 || { cat "$work/fma/compile.txt"; exit 1; }
-"$extract" "$work/fma/libgpu_kernels.a" "$work/fma/module" >"$work/fma_modules.txt"
+: >"$work/fma_modules.txt"
+for layer in ${fma_layers//,/ }; do
+    members=$(ar t "$work/prefill/libgpu_kernels.a" | grep "^${layer}_halide-.*cuda.*\.o$" || true)
+    if [ -z "$members" ]; then
+        echo "FAIL: no CUDA object of layer $layer in the prefill library"
+        exit 1
+    fi
+    for member in $members; do
+        (cd "$work/fma" && ar x "../prefill/libgpu_kernels.a" "$member")
+        "$extract" "$work/fma/$member" "$work/fma/${member%.o}" >>"$work/fma_modules.txt"
+    done
+done
 echo "$(wc -l <"$work/modules.txt") PTX modules in the prefill and decode libgpu_kernels.a"
 # `--target cuda` means PTX for compute capability 8.0 and 8.6: both must be there.
 for arch in sm_80 sm_86; do
